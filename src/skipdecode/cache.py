@@ -1,0 +1,121 @@
+"""KV caches with a per-layer length.
+
+Under a SkipDecode schedule the layers' caches grow at different rates: a layer skipped at a
+step writes nothing at that step and, budgets being non-increasing, never runs again, so its
+cache simply stops growing. Every layer that does run at a step has seen every earlier position,
+so all active layers share one cache length and one attention mask.
+
+Both caches implement the one method transformers' attention modules call,
+``update(key, value, layer_idx) -> (keys, values)``, plus ``begin``/``length``/``reset``.
+Before each forward pass the engine calls ``begin(position)``: the pass writes its new keys at
+``position`` onward. Writing to a layer whose cache does not reach ``position`` would leave a gap
+of missing KV, which is exactly what a non-monotone plan causes; it raises instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["KVCache", "StaticKVCache", "DynamicKVCache", "CacheGapError"]
+
+
+class CacheGapError(RuntimeError):
+    """A layer was asked to extend a cache that is missing earlier positions."""
+
+
+class KVCache:
+    """Common bookkeeping: per-layer lengths and the write position of the current pass."""
+
+    def __init__(self, num_layers: int):
+        self.num_layers = num_layers
+        self._lengths = [0] * num_layers
+        self._start = 0
+
+    def begin(self, position: int) -> None:
+        """The next forward pass writes keys for positions ``position, position + 1, ...``."""
+        self._start = position
+
+    def length(self, layer_idx: int) -> int:
+        """Number of positions cached for ``layer_idx``."""
+        return self._lengths[layer_idx]
+
+    @property
+    def lengths(self) -> list[int]:
+        return list(self._lengths)
+
+    def reset(self) -> None:
+        self._lengths = [0] * self.num_layers
+        self._start = 0
+
+    def _check(self, layer_idx: int) -> int:
+        have = self._lengths[layer_idx]
+        if have != self._start:
+            raise CacheGapError(
+                f"layer {layer_idx} has {have} cached positions but the pass writes at "
+                f"position {self._start}: a layer skipped earlier cannot run again "
+                "(schedules must be non-increasing so that active layer sets are nested)"
+            )
+        return have
+
+    # transformers' Cache API used by attention modules that check for it.
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._lengths[layer_idx]
+
+
+class StaticKVCache(KVCache):
+    """Preallocated buffers ``(B, H_kv, capacity, D)`` per layer: no allocation per step."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        batch_size: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
+        super().__init__(num_layers)
+        self.capacity = capacity
+        shape = (batch_size, kv_heads, capacity, head_dim)
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        start = self._check(layer_idx)
+        end = start + key.shape[-2]
+        if end > self.capacity:
+            raise CacheGapError(
+                f"cache capacity {self.capacity} exceeded at layer {layer_idx} (needs {end})"
+            )
+        self.keys[layer_idx][:, :, start:end] = key
+        self.values[layer_idx][:, :, start:end] = value
+        self._lengths[layer_idx] = end
+        return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
+
+
+class DynamicKVCache(KVCache):
+    """Grows by concatenation; the plain reference the static cache is tested against."""
+
+    def __init__(self, num_layers: int):
+        super().__init__(num_layers)
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check(layer_idx)
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        k = key if k is None else torch.cat([k, key], dim=-2)
+        v = value if v is None else torch.cat([v, value], dim=-2)
+        self.keys[layer_idx], self.values[layer_idx] = k, v
+        self._lengths[layer_idx] = k.shape[-2]
+        return k, v
+
+    def reset(self) -> None:
+        super().reset()
+        self.keys = [None] * self.num_layers
+        self.values = [None] * self.num_layers

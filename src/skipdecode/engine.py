@@ -1,0 +1,459 @@
+"""Skip-aware execution of transformers causal LMs: a masked teacher-forced forward for training
+and batched, KV-cached SkipDecode generation.
+
+The loop is ours (embed, run the chosen layers, final norm, LM head); the layers, weights and
+tokenizers are transformers'. The model's config is never touched: the layer plan is passed in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .adapters import DecoderAdapter, get_adapter
+from .cache import DynamicKVCache, KVCache, StaticKVCache
+from .masks import causal_attention_mask, decode_attention_mask, position_ids_from_mask
+from .sampling import SamplingConfig, select_next
+from .schedules import Schedule
+
+__all__ = ["SkipDecoder", "GenerationOutput", "GenerationStats"]
+
+
+@dataclass
+class GenerationStats:
+    """Per-call accounting: which layers ran, for how many live rows, and how long it took."""
+
+    num_layers: int
+    prompt_length: int  # padded prompt width P
+    budgets: list[int]  # layers run at each decode pass g = 0, 1, ... (input token g)
+    live_rows: list[int]  # rows not yet finished at each decode pass
+    generated_lengths: list[int]  # tokens per row, EOS included
+    prefill_seconds: float
+    decode_seconds: float
+    batch_size: int
+
+    @property
+    def decode_steps(self) -> int:
+        return len(self.budgets)
+
+    @property
+    def layers_per_token(self) -> float:
+        """Mean layers run per generated token over the decode passes (live rows only).
+
+        Token 0 comes from the prefill (prompt positions run every layer); each later token is
+        produced by a decode pass whose budget is recorded here.
+        """
+        work = sum(b * n for b, n in zip(self.budgets, self.live_rows, strict=True))
+        rows = sum(self.live_rows)
+        return work / rows if rows else float(self.num_layers)
+
+    @property
+    def theoretical_speedup(self) -> float:
+        return self.num_layers / self.layers_per_token
+
+    @property
+    def tokens_generated(self) -> int:
+        return sum(self.generated_lengths)
+
+    @property
+    def decode_ms_per_step(self) -> float:
+        return 1000.0 * self.decode_seconds / max(1, self.decode_steps)
+
+    @property
+    def tokens_per_second(self) -> float:
+        total = self.prefill_seconds + self.decode_seconds
+        return self.tokens_generated / total if total > 0 else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "num_layers": self.num_layers,
+            "batch_size": self.batch_size,
+            "prompt_length": self.prompt_length,
+            "decode_steps": self.decode_steps,
+            "budgets": list(self.budgets),
+            "live_rows": list(self.live_rows),
+            "generated_lengths": list(self.generated_lengths),
+            "layers_per_token": self.layers_per_token,
+            "theoretical_speedup": self.theoretical_speedup,
+            "prefill_seconds": self.prefill_seconds,
+            "decode_seconds": self.decode_seconds,
+            "decode_ms_per_step": self.decode_ms_per_step,
+            "tokens_per_second": self.tokens_per_second,
+        }
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.Tensor  # (B, P + N): left-padded prompt, then generated ids (pad after EOS)
+    generated_ids: torch.Tensor  # (B, N)
+    prompt_mask: torch.Tensor  # (B, P)
+    stats: GenerationStats
+    texts: list[str] | None = None
+    step_logits: torch.Tensor | None = None  # (B, N, V): logits that chose each generated token
+    active_layers: list[tuple[int, ...]] = field(default_factory=list)  # per decode pass
+
+
+class SkipDecoder:
+    """Runs a transformers causal LM layer by layer under a skip plan.
+
+    ``forward`` is the teacher-forced pass used in training; ``generate`` decodes a batch with a
+    KV cache under a :class:`~skipdecode.schedules.Schedule`.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Any | None = None, cache: str = "static"):
+        if cache not in ("static", "dynamic"):
+            raise ValueError(f"cache={cache!r} is not allowed: choose 'static' or 'dynamic'")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.adapter: DecoderAdapter = get_adapter(model)
+        self.cache_kind = cache
+
+    @property
+    def num_layers(self) -> int:
+        return self.adapter.num_layers
+
+    # ------------------------------------------------------------------------------------
+    # Teacher-forced forward
+    # ------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        layer_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits ``(B, T, V)``; differentiable.
+
+        ``layer_mask`` ``(B, L, T)`` (bool) says which (layer, position) pairs run; elsewhere the
+        hidden state passes through unchanged. ``None`` runs every layer. Each layer is computed
+        only on the prefix of positions ending at its last active position in the batch:
+        attention is causal, so the prefix's outputs do not depend on what follows.
+        """
+        B, T = input_ids.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        L = self.num_layers
+        if layer_mask is not None and tuple(layer_mask.shape) != (B, L, T):
+            raise ValueError(
+                f"layer_mask has shape {tuple(layer_mask.shape)}; expected (batch, layers, "
+                f"positions) = {(B, L, T)}"
+            )
+        position_ids = position_ids_from_mask(attention_mask)
+        hidden = self.adapter.embed(input_ids, position_ids)
+        attn = causal_attention_mask(attention_mask, hidden.dtype)
+        kwargs = self.adapter.layer_kwargs(hidden, position_ids)
+
+        prefixes = _active_prefixes(layer_mask, L, T)
+        for layer_idx, layer in enumerate(self.adapter.layers):
+            n = prefixes[layer_idx]
+            if n == 0:
+                continue
+            if n == T and (layer_mask is None or bool(layer_mask[:, layer_idx].all())):
+                hidden = layer(hidden, attention_mask=attn, **kwargs)
+                continue
+            head = hidden[:, :n]
+            out = layer(
+                head,
+                attention_mask=attn[:, :, :n, :n],
+                **self.adapter.layer_kwargs_slice(kwargs, n),
+            )
+            assert layer_mask is not None
+            keep = layer_mask[:, layer_idx, :n, None].to(hidden.device)
+            head = torch.where(keep, out, head)
+            hidden = torch.cat([head, hidden[:, n:]], dim=1) if n < T else head
+        return self.adapter.head(hidden)
+
+    # ------------------------------------------------------------------------------------
+    # Generation
+    # ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: Sequence[str] | torch.Tensor,
+        schedule: Schedule,
+        max_new_tokens: int = 64,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        stop_at_eos: bool = True,
+        return_logits: bool = False,
+        decode_texts: bool = True,
+    ) -> GenerationOutput:
+        """Decode a batch under ``schedule``.
+
+        ``inputs`` are prompt strings (tokenised with the decoder's tokenizer, left-padded) or
+        left-padded ids with ``attention_mask``. Greedy unless ``do_sample``. Rows stop at EOS
+        (and keep padding) unless ``stop_at_eos=False``; the loop ends early once every row has
+        stopped.
+        """
+        input_ids, attention_mask = self._prepare_inputs(inputs, attention_mask)
+        eos_ids, pad_id = self._special_ids(eos_token_id, pad_token_id)
+        B, P = input_ids.shape
+        self._validate(schedule, P, max_new_tokens)
+        sampling = SamplingConfig(do_sample, temperature, top_p, seed)
+        device = input_ids.device
+        generator = sampling.generator(device)
+        stop = stop_at_eos and len(eos_ids) > 0
+        eos_tensor = torch.tensor(eos_ids or [-1], device=device)
+
+        plans = [schedule.active_layers(g) for g in range(max(0, max_new_tokens - 1))]
+        _check_nested(plans)
+
+        with _eval_mode(self.model):
+            capacity = P + max(0, max_new_tokens - 1)
+            cache = self._new_cache(B, capacity, device)
+            dtype = self._dtype()
+            decode_mask = decode_attention_mask(attention_mask, capacity, dtype)
+            valid = attention_mask.long().sum(-1)  # (B,) real prompt tokens per row
+
+            generated: list[torch.Tensor] = []
+            logits_seen: list[torch.Tensor] = []
+            live_history: list[torch.Tensor] = []
+            finished = torch.zeros(B, dtype=torch.bool, device=device)
+
+            t0 = _now(device)
+            logits = self._prefill(input_ids, attention_mask, cache)
+            t1 = _now(device)
+            budgets: list[int] = []
+            if max_new_tokens > 0:
+                token = select_next(logits, sampling, generator)
+                generated.append(token)
+                if return_logits:
+                    logits_seen.append(logits.float())
+                if stop:
+                    finished = torch.isin(token, eos_tensor)
+            for g, active in enumerate(plans):
+                if stop and bool(finished.all()):
+                    break
+                live_history.append(~finished)
+                position = (valid + g)[:, None]  # (B, 1) position id of token g
+                logits = self._decode_step(token, position, P + g, active, cache, decode_mask)
+                budgets.append(len(active))
+                nxt = select_next(logits, sampling, generator)
+                if stop:
+                    nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
+                    finished = finished | torch.isin(nxt, eos_tensor)
+                token = nxt
+                generated.append(token)
+                if return_logits:
+                    logits_seen.append(logits.float())
+            t2 = _now(device)
+
+        gen = torch.stack(generated, 1) if generated else input_ids.new_zeros(B, 0)
+        out = GenerationOutput(
+            sequences=torch.cat([input_ids, gen], dim=1),
+            generated_ids=gen,
+            prompt_mask=attention_mask,
+            stats=GenerationStats(
+                num_layers=self.num_layers,
+                prompt_length=P,
+                budgets=budgets,
+                live_rows=[int(x) for x in torch.stack(live_history).sum(-1).tolist()]
+                if live_history
+                else [],
+                generated_lengths=_lengths_with_eos(gen, eos_ids if stop else []),
+                prefill_seconds=t1 - t0,
+                decode_seconds=t2 - t1,
+                batch_size=B,
+            ),
+            step_logits=torch.stack(logits_seen, 1) if logits_seen else None,
+            active_layers=plans[: len(budgets)],
+        )
+        if decode_texts and self.tokenizer is not None:
+            out.texts = self.decode(gen, eos_ids if stop else [])
+        return out
+
+    def decode(self, generated: torch.Tensor, eos_ids: Sequence[int] = ()) -> list[str]:
+        """Texts of generated ids, cut at the first EOS."""
+        texts = []
+        for row, n in zip(generated.tolist(), _lengths_with_eos(generated, eos_ids), strict=True):
+            ids = row[:n]
+            if ids and ids[-1] in eos_ids:
+                ids = ids[:-1]
+            texts.append(self.tokenizer.decode(ids, skip_special_tokens=True))
+        return texts
+
+    # ------------------------------------------------------------------------------------
+    def _prefill(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache
+    ) -> torch.Tensor:
+        """All layers over the prompt, filling every layer's cache; last-position logits."""
+        position_ids = position_ids_from_mask(attention_mask)
+        hidden = self.adapter.embed(input_ids, position_ids)
+        attn = causal_attention_mask(attention_mask, hidden.dtype)
+        kwargs = self.adapter.layer_kwargs(hidden, position_ids)
+        cache.begin(0)
+        for layer in self.adapter.layers:
+            hidden = layer(hidden, attention_mask=attn, past_key_values=cache, use_cache=True, **kwargs)
+        return self.adapter.head(hidden[:, -1:])[:, 0]
+
+    def _decode_step(
+        self,
+        token: torch.Tensor,
+        position: torch.Tensor,
+        cache_position: int,
+        active: Sequence[int],
+        cache: KVCache,
+        decode_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One token per row through the active layers only; logits ``(B, V)``."""
+        hidden = self.adapter.embed(token[:, None], position)
+        kwargs = self.adapter.layer_kwargs(hidden, position)
+        attn = decode_mask[..., : cache_position + 1]
+        cache.begin(cache_position)
+        layers = self.adapter.layers
+        for layer_idx in active:
+            hidden = layers[layer_idx](
+                hidden, attention_mask=attn, past_key_values=cache, use_cache=True, **kwargs
+            )
+        return self.adapter.head(hidden)[:, 0]
+
+    def _new_cache(self, batch: int, capacity: int, device: torch.device) -> KVCache:
+        if self.cache_kind == "dynamic":
+            return DynamicKVCache(self.num_layers)
+        kv_heads, head_dim = self.adapter.kv_shape
+        return StaticKVCache(
+            self.num_layers, batch, kv_heads, head_dim, capacity, self._dtype(), device
+        )
+
+    def _dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _prepare_inputs(
+        self, inputs: Sequence[str] | torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self._device()
+        if isinstance(inputs, torch.Tensor):
+            if inputs.dim() != 2 or inputs.shape[0] == 0:
+                raise ValueError(
+                    f"inputs has shape {tuple(inputs.shape)}; expected a non-empty (batch, "
+                    "prompt_length) tensor of token ids"
+                )
+            ids = inputs
+            mask = torch.ones_like(ids) if attention_mask is None else attention_mask
+            if mask.shape != ids.shape:
+                raise ValueError(
+                    f"attention_mask shape {tuple(mask.shape)} != input_ids shape {tuple(ids.shape)}"
+                )
+            if bool((mask[:, -1] == 0).any()):
+                raise ValueError(
+                    "prompts must be left-padded: attention_mask has padding in the last column"
+                )
+            if bool((mask.sum(-1) == 0).any()):
+                raise ValueError("a prompt is empty (all padding); every row needs a real token")
+            return ids.to(device), mask.to(device)
+        prompts = list(inputs)
+        if not prompts:
+            raise ValueError("inputs is an empty batch: give at least one prompt")
+        if self.tokenizer is None:
+            raise ValueError("text prompts need a tokenizer: SkipDecoder(model, tokenizer)")
+        if any(not isinstance(p, str) for p in prompts):
+            raise TypeError("inputs must be a list of strings or a tensor of token ids")
+        enc = _tokenize_left(self.tokenizer, prompts)
+        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+
+    def _special_ids(
+        self, eos: int | Sequence[int] | None, pad: int | None
+    ) -> tuple[list[int], int]:
+        cfg = self.model.config
+        gen_cfg = getattr(self.model, "generation_config", None)
+        if eos is None:
+            eos = getattr(gen_cfg, "eos_token_id", None) or getattr(cfg, "eos_token_id", None)
+            if eos is None and self.tokenizer is not None:
+                eos = self.tokenizer.eos_token_id
+        eos_ids = [] if eos is None else ([int(eos)] if isinstance(eos, int) else [int(e) for e in eos])
+        if pad is None:
+            pad = getattr(gen_cfg, "pad_token_id", None) or getattr(cfg, "pad_token_id", None)
+            if pad is None and self.tokenizer is not None:
+                pad = self.tokenizer.pad_token_id
+            if pad is None:
+                pad = eos_ids[0] if eos_ids else 0
+        return eos_ids, int(pad)
+
+    def _validate(self, schedule: Schedule, prompt_len: int, max_new_tokens: int) -> None:
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r} is not allowed: must be an integer >= 0")
+        if schedule.num_layers != self.num_layers:
+            raise ValueError(
+                f"schedule is built for {schedule.num_layers} layers but the model has "
+                f"{self.num_layers}; build it for this model (e.g. schedule=target_2x)"
+            )
+        limit = self.adapter.max_positions
+        if prompt_len + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt length {prompt_len} + max_new_tokens {max_new_tokens} exceeds the "
+                f"model's {limit} positions (max_position_embeddings); shorten the prompt "
+                "(dataset truncation) or lower max_new_tokens"
+            )
+
+
+# ----------------------------------------------------------------------------------------
+def _active_prefixes(layer_mask: torch.Tensor | None, L: int, T: int) -> list[int]:
+    """Per layer: 1 + the last position active in any row (0 if the layer never runs)."""
+    if layer_mask is None:
+        return [T] * L
+    any_row = layer_mask.any(dim=0)  # (L, T)
+    idx = torch.arange(1, T + 1, device=layer_mask.device)
+    return (any_row * idx).amax(dim=-1).tolist()
+
+
+def _check_nested(plans: list[tuple[int, ...]]) -> None:
+    for g in range(1, len(plans)):
+        if not set(plans[g]) <= set(plans[g - 1]):
+            extra = sorted(set(plans[g]) - set(plans[g - 1]))
+            raise ValueError(
+                f"schedule is not monotone: step {g} runs layers {extra} that step {g - 1} "
+                "skipped, so their KV cache would have gaps"
+            )
+
+
+def _lengths_with_eos(gen: torch.Tensor, eos_ids: Sequence[int]) -> list[int]:
+    """Tokens per row up to and including the first EOS (all tokens if none)."""
+    B, N = gen.shape
+    if not eos_ids or N == 0:
+        return [N] * B
+    is_eos = torch.isin(gen, torch.tensor(list(eos_ids), device=gen.device))
+    first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full((B,), N, device=gen.device))
+    return [int(x) for x in first.tolist()]
+
+
+def _tokenize_left(tokenizer: Any, prompts: list[str]) -> dict[str, torch.Tensor]:
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        if tokenizer.pad_token_id is None:
+            raise ValueError(
+                "the tokenizer has no pad token; set tokenizer.pad_token (e.g. to the EOS token)"
+            )
+        return tokenizer(prompts, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

@@ -1,0 +1,47 @@
+"""Position ids and additive attention masks for left- or right-padded batches."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["position_ids_from_mask", "causal_attention_mask", "decode_attention_mask"]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` positions counting only real tokens (padding gets -1), as transformers does."""
+    mask = attention_mask.long()
+    return mask.cumsum(-1) * mask - 1
+
+
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # Additive masks with finfo.min (not -inf) as transformers uses: never NaN.
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+def causal_attention_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(B, 1, T, T)`` additive mask: causal, padding keys hidden.
+
+    A padding query may always see itself, so no row is fully masked; padding outputs are
+    garbage by design and never read by a real token.
+    """
+    B, T = attention_mask.shape
+    idx = torch.arange(T, device=attention_mask.device)
+    causal = idx[None, :] <= idx[:, None]  # (T_q, T_k)
+    allowed = causal[None] & attention_mask.bool()[:, None, :]
+    allowed = allowed | torch.eye(T, dtype=torch.bool, device=attention_mask.device)[None]
+    return _additive(allowed[:, None], dtype)
+
+
+def decode_attention_mask(
+    prompt_mask: torch.Tensor, capacity: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``(B, 1, 1, capacity)`` additive mask for one-token decode steps.
+
+    Keys are the prompt (padding hidden) followed by generated tokens (always visible). A step
+    at cache length ``n`` uses the view ``[..., :n]``: no allocation per step.
+    """
+    B, P = prompt_mask.shape
+    keys = torch.ones(B, capacity, dtype=torch.bool, device=prompt_mask.device)
+    keys[:, :P] = prompt_mask.bool()
+    return _additive(keys[:, None, None, :], dtype)
