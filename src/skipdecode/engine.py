@@ -126,13 +126,16 @@ class SkipDecoder:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         layer_mask: torch.Tensor | None = None,
+        prefix_slicing: bool = True,
     ) -> torch.Tensor:
         """Logits ``(B, T, V)``; differentiable.
 
         ``layer_mask`` ``(B, L, T)`` (bool) says which (layer, position) pairs run; elsewhere the
-        hidden state passes through unchanged. ``None`` runs every layer. Each layer is computed
-        only on the prefix of positions ending at its last active position in the batch:
-        attention is causal, so the prefix's outputs do not depend on what follows.
+        hidden state passes through unchanged. ``None`` runs every layer. With
+        ``prefix_slicing`` (default) each layer is computed only on the prefix of positions
+        ending at its last active position in the batch: attention is causal, so the prefix's
+        outputs do not depend on what follows, and a layer no position uses costs nothing.
+        ``prefix_slicing=False`` is the plain path: every layer on every position, then masked.
         """
         B, T = input_ids.shape
         if attention_mask is None:
@@ -148,13 +151,17 @@ class SkipDecoder:
         attn = causal_attention_mask(attention_mask, hidden.dtype)
         kwargs = self.adapter.layer_kwargs(hidden, position_ids)
 
-        prefixes = _active_prefixes(layer_mask, L, T)
+        prefixes = _active_prefixes(layer_mask, L, T) if prefix_slicing else [T] * L
         for layer_idx, layer in enumerate(self.adapter.layers):
             n = prefixes[layer_idx]
             if n == 0:
                 continue
             if n == T and (layer_mask is None or bool(layer_mask[:, layer_idx].all())):
                 hidden = layer(hidden, attention_mask=attn, **kwargs)
+                continue
+            if n == T:  # whole sequence computed, then masked
+                out = layer(hidden, attention_mask=attn, **kwargs)
+                hidden = torch.where(layer_mask[:, layer_idx, :, None].to(hidden.device), out, hidden)
                 continue
             head = hidden[:, :n]
             out = layer(
