@@ -53,6 +53,16 @@ class DecoderAdapter(ABC):
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm / projections and the LM head: logits ``(B, T, V)``."""
 
+    def fill_kv(self, layer_idx: int, hidden: torch.Tensor, kwargs: dict[str, Any], cache: Any) -> None:
+        """Write ``layer_idx``'s keys/values for ``hidden`` into ``cache`` without running the
+        layer (CALM's state propagation: an exited token's copied state feeds the KV above)."""
+        key, value = self._key_value(self.layers[layer_idx], hidden, kwargs)
+        cache.update(key, value, layer_idx)
+
+    @abstractmethod
+    def _key_value(self, layer: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's ``(B, H_kv, T, D)`` keys and values for input ``hidden``."""
+
     @property
     def kv_shape(self) -> tuple[int, int]:
         """``(num_key_value_heads, head_dim)`` of every layer's KV cache."""
@@ -94,6 +104,14 @@ class OPTAdapter(DecoderAdapter):
         positions = d.embed_positions(None, 0, position_ids=position_ids)
         return tokens + positions.to(tokens.dtype)
 
+    def _key_value(self, layer, hidden, kwargs):
+        x = layer.self_attn_layer_norm(hidden) if layer.do_layer_norm_before else hidden
+        attn = layer.self_attn
+        B, T, _ = x.shape
+        k = attn.k_proj(x).view(B, T, attn.num_heads, attn.head_dim).transpose(1, 2)
+        v = attn.v_proj(x).view(B, T, attn.num_heads, attn.head_dim).transpose(1, 2)
+        return k, v
+
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         d = self.decoder
         if d.final_layer_norm is not None:
@@ -129,6 +147,20 @@ class LlamaAdapter(DecoderAdapter):
     def layer_kwargs(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> dict[str, Any]:
         cos_sin = self.base.rotary_emb(hidden, position_ids=position_ids)
         return {"position_ids": position_ids, "position_embeddings": cos_sin}
+
+    def _key_value(self, layer, hidden, kwargs):
+        import sys
+
+        attn = layer.self_attn
+        x = layer.input_layernorm(hidden)
+        B, T, _ = x.shape
+        k = attn.k_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
+        v = attn.v_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
+        # the family's own rotary function (Llama, Qwen2, Mistral each define one)
+        rotate = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+        cos, sin = kwargs["position_embeddings"]
+        _, k = rotate(k, k, cos, sin)
+        return k, v
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(self.base.norm(hidden))

@@ -18,7 +18,9 @@ from torch import nn
 
 from .adapters import DecoderAdapter, get_adapter
 from .cache import DynamicKVCache, KVCache, StaticKVCache
+from .calm import calm_decode_step
 from .masks import causal_attention_mask, decode_attention_mask, position_ids_from_mask
+from .policies import DecodePolicy, as_policy
 from .sampling import SamplingConfig, select_next
 from .schedules import Schedule
 
@@ -31,12 +33,15 @@ class GenerationStats:
 
     num_layers: int
     prompt_length: int  # padded prompt width P
-    budgets: list[int]  # layers run at each decode pass g = 0, 1, ... (input token g)
+    budgets: list[int]  # layers the batch ran at each decode pass g = 0, 1, ... (input token g)
     live_rows: list[int]  # rows not yet finished at each decode pass
     generated_lengths: list[int]  # tokens per row, EOS included
     prefill_seconds: float
     decode_seconds: float
     batch_size: int
+    # layers each row's token used at each pass, when tokens of one step differ (CALM)
+    token_layers: list[list[int]] | None = None
+    live_mask: list[list[bool]] | None = None
 
     @property
     def decode_steps(self) -> int:
@@ -47,15 +52,31 @@ class GenerationStats:
         """Mean layers run per generated token over the decode passes (live rows only).
 
         Token 0 comes from the prefill (prompt positions run every layer); each later token is
-        produced by a decode pass whose budget is recorded here.
+        produced by a decode pass. For per-token policies (CALM) this is each token's own depth.
         """
+        if self.token_layers is not None and self.live_mask is not None:
+            pairs = [(d, ok) for ds, oks in zip(self.token_layers, self.live_mask, strict=True)
+                     for d, ok in zip(ds, oks, strict=True)]
+            live = [d for d, ok in pairs if ok]
+            return sum(live) / len(live) if live else float(self.num_layers)
         work = sum(b * n for b, n in zip(self.budgets, self.live_rows, strict=True))
         rows = sum(self.live_rows)
         return work / rows if rows else float(self.num_layers)
 
     @property
+    def batch_layers_per_step(self) -> float:
+        """Mean layers the batch actually ran per decode pass (the cost the clock sees)."""
+        return sum(self.budgets) / len(self.budgets) if self.budgets else float(self.num_layers)
+
+    @property
     def theoretical_speedup(self) -> float:
         return self.num_layers / self.layers_per_token
+
+    @property
+    def batch_speedup(self) -> float:
+        """``L / layers the batch ran per pass``: below the per-token figure when a batch must
+        wait for its slowest token (CALM)."""
+        return self.num_layers / self.batch_layers_per_step
 
     @property
     def tokens_generated(self) -> int:
@@ -81,6 +102,8 @@ class GenerationStats:
             "generated_lengths": list(self.generated_lengths),
             "layers_per_token": self.layers_per_token,
             "theoretical_speedup": self.theoretical_speedup,
+            "batch_layers_per_step": self.batch_layers_per_step,
+            "batch_speedup": self.batch_speedup,
             "prefill_seconds": self.prefill_seconds,
             "decode_seconds": self.decode_seconds,
             "decode_ms_per_step": self.decode_ms_per_step,
@@ -97,6 +120,7 @@ class GenerationOutput:
     texts: list[str] | None = None
     step_logits: torch.Tensor | None = None  # (B, N, V): logits that chose each generated token
     active_layers: list[tuple[int, ...]] = field(default_factory=list)  # per decode pass
+    policy: dict[str, Any] = field(default_factory=dict)  # the method and its parameters
 
 
 class SkipDecoder:
@@ -175,6 +199,31 @@ class SkipDecoder:
             hidden = torch.cat([head, hidden[:, n:]], dim=1) if n < T else head
         return self.adapter.head(hidden)
 
+    def forward_exits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        exit_layers: Sequence[int],
+    ) -> dict[int, torch.Tensor]:
+        """Logits read out through the shared head after each layer in ``exit_layers``
+        (every layer runs); differentiable. CALM trains on a weighted sum of their losses."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        wanted = set(exit_layers)
+        bad = sorted(i for i in wanted if not 0 <= i < self.num_layers)
+        if bad:
+            raise ValueError(f"exit layers {bad} are outside the model's layers [0, {self.num_layers - 1}]")
+        position_ids = position_ids_from_mask(attention_mask)
+        hidden = self.adapter.embed(input_ids, position_ids)
+        attn = causal_attention_mask(attention_mask, hidden.dtype)
+        kwargs = self.adapter.layer_kwargs(hidden, position_ids)
+        out: dict[int, torch.Tensor] = {}
+        for layer_idx, layer in enumerate(self.adapter.layers[: max(wanted) + 1]):
+            hidden = layer(hidden, attention_mask=attn, **kwargs)
+            if layer_idx in wanted:
+                out[layer_idx] = self.adapter.head(hidden)
+        return out
+
     # ------------------------------------------------------------------------------------
     # Generation
     # ------------------------------------------------------------------------------------
@@ -182,7 +231,7 @@ class SkipDecoder:
     def generate(
         self,
         inputs: Sequence[str] | torch.Tensor,
-        schedule: Schedule,
+        schedule: Schedule | DecodePolicy,
         max_new_tokens: int = 64,
         attention_mask: torch.Tensor | None = None,
         *,
@@ -196,7 +245,7 @@ class SkipDecoder:
         return_logits: bool = False,
         decode_texts: bool = True,
     ) -> GenerationOutput:
-        """Decode a batch under ``schedule``.
+        """Decode a batch under ``schedule`` (a Schedule or any DecodePolicy).
 
         ``inputs`` are prompt strings (tokenised with the decoder's tokenizer, left-padded) or
         left-padded ids with ``attention_mask``. Greedy unless ``do_sample``. Rows stop at EOS
@@ -206,15 +255,22 @@ class SkipDecoder:
         input_ids, attention_mask = self._prepare_inputs(inputs, attention_mask)
         eos_ids, pad_id = self._special_ids(eos_token_id, pad_token_id)
         B, P = input_ids.shape
-        self._validate(schedule, P, max_new_tokens)
+        policy = as_policy(schedule)
+        self._validate(policy, P, max_new_tokens)
         sampling = SamplingConfig(do_sample, temperature, top_p, seed)
         device = input_ids.device
         generator = sampling.generator(device)
         stop = stop_at_eos and len(eos_ids) > 0
         eos_tensor = torch.tensor(eos_ids or [-1], device=device)
 
-        plans = [schedule.active_layers(g) for g in range(max(0, max_new_tokens - 1))]
-        _check_nested(plans)
+        n_steps = max(0, max_new_tokens - 1)
+        run = policy.start(B)
+        static = policy.static_schedule()
+        plans = [static.active_layers(g) for g in range(n_steps)] if static is not None else None
+        if plans is not None:
+            _check_nested(plans)
+        token_layers: list[torch.Tensor] = []
+        ran_layers: list[tuple[int, ...]] = []
 
         with _eval_mode(self.model):
             capacity = P + max(0, max_new_tokens - 1)
@@ -242,13 +298,23 @@ class SkipDecoder:
             # Checking "all rows finished" reads a device value; on a GPU that is a host sync,
             # so it is done every few steps there (extra steps only decode padding).
             check_every = 8 if device.type == "cuda" else 1
-            for g, active in enumerate(plans):
+            for g in range(n_steps):
                 if stop and g % check_every == 0 and bool(finished.all()):
                     break
-                live_history.append(~finished)
+                live = ~finished
+                live_history.append(live)
                 position = (valid + g)[:, None]  # (B, 1) position id of token g
-                logits = self._decode_step(token, position, P + g, active, cache, decode_mask)
-                budgets.append(len(active))
+                if policy.per_token:
+                    logits, depth, ran = calm_decode_step(
+                        self, token, position, P + g, cache, decode_mask, policy, live)
+                    token_layers.append(depth)
+                    budgets.append(ran)
+                else:
+                    active = plans[g] if plans is not None else run.plan(g)
+                    logits = self._decode_step(token, position, P + g, active, cache, decode_mask)
+                    run.observe(g, logits, live)
+                    ran_layers.append(active)
+                    budgets.append(len(active))
                 nxt = select_next(logits, sampling, generator)
                 if stop:
                     nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
@@ -275,9 +341,12 @@ class SkipDecoder:
                 prefill_seconds=t1 - t0,
                 decode_seconds=t2 - t1,
                 batch_size=B,
+                token_layers=[d.tolist() for d in token_layers] if policy.per_token else None,
+                live_mask=[x.tolist() for x in live_history] if policy.per_token else None,
             ),
             step_logits=torch.stack(logits_seen, 1) if logits_seen else None,
-            active_layers=plans[: len(budgets)],
+            active_layers=ran_layers,
+            policy=policy.describe(),
         )
         if decode_texts and self.tokenizer is not None:
             out.texts = self.decode(gen, eos_ids if stop else [])
@@ -393,7 +462,7 @@ class SkipDecoder:
                 pad = eos_ids[0] if eos_ids else 0
         return eos_ids, int(pad)
 
-    def _validate(self, schedule: Schedule, prompt_len: int, max_new_tokens: int) -> None:
+    def _validate(self, schedule: Schedule | DecodePolicy, prompt_len: int, max_new_tokens: int) -> None:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens!r} is not allowed: must be an integer >= 0")
         if schedule.num_layers != self.num_layers:
