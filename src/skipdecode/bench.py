@@ -263,7 +263,7 @@ def bench_train(
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, (sched, slicing) in variants.items():
-            times[name].append(_median_time(lambda: step(sched, slicing), dev))
+            times[name].append(_median_time(lambda s=sched, sl=slicing: step(s, sl), dev))
     rows = {}
     full = statistics.median(times["full"])
     for name, ts in times.items():
@@ -290,7 +290,7 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
     lines = []
     for c in cells:
         for name, r in c["variants"].items():
-            def f(key, fmt="{:.2f}"):
+            def f(key, fmt="{:.2f}", r=r):
                 return fmt.format(r[key]) if key in r else ""
             lines.append(
                 f"| {c['shape']} | {c['batch_size']} | {name} | {f('prefill_ms', '{:.1f}')} | "
