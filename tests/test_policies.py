@@ -195,3 +195,15 @@ def test_bad_method_values_raise_clear_errors():
         dec.generate(ids, CALMPolicy(L, 0.5), 4, mask)
     with pytest.raises(ValueError, match="outside the model's layers"):
         dec.forward_exits(ids, mask, [6])
+
+
+def test_calm_threshold_calibration_moves_toward_target():
+    from skipdecode.calm import calibrate_calm_threshold
+
+    dec = SkipDecoder(FAMILIES["opt"]())
+    ids, mask = left_padded_batch(LENGTHS)
+    lo_thr, lo_speed = calibrate_calm_threshold(dec, ids, mask, 1.5, 6, iterations=5, eos_token_id=[])
+    hi_thr, hi_speed = calibrate_calm_threshold(dec, ids, mask, 4.0, 6, iterations=5, eos_token_id=[])
+    assert hi_thr < lo_thr and hi_speed > lo_speed
+    out = dec.generate(ids, CALMPolicy(L, lo_thr, allow_batching=True), 6, mask, eos_token_id=[])
+    assert out.stats.theoretical_speedup == pytest.approx(lo_speed)

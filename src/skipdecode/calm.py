@@ -57,3 +57,46 @@ def calm_decode_step(
             ran = layer_idx + 1
             break
     return adapter.head(hidden)[:, 0], depth, ran
+
+
+def calibrate_calm_threshold(
+    dec: SkipDecoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    target_speedup: float,
+    max_new_tokens: int,
+    *,
+    check_every: int = 1,
+    min_exit_layers: int = 1,
+    iterations: int = 10,
+    **generate_kwargs,
+) -> tuple[float, float]:
+    """Bisect the confidence threshold so CALM's per-token theoretical speedup on these prompts
+    is about ``target_speedup`` (a lower threshold exits earlier). Returns (threshold, speedup).
+
+    Use held-out prompts (e.g. the validation split), never the test prompts being scored.
+    """
+    from .policies import CALMPolicy
+
+    if not target_speedup >= 1:
+        raise ValueError(f"schedule.target_speedup={target_speedup!r} is not allowed: must be >= 1")
+    L = dec.num_layers
+
+    def speedup(threshold: float) -> float:
+        policy = CALMPolicy(L, threshold, check_every, min_exit_layers, allow_batching=True)
+        out = dec.generate(input_ids, policy, max_new_tokens, attention_mask, decode_texts=False,
+                           **generate_kwargs)
+        return out.stats.theoretical_speedup
+
+    lo, hi = 0.0, 1.0  # speedup(lo) is the largest, speedup(1.0) the smallest
+    best = (1.0, speedup(1.0))
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        s = speedup(mid)
+        if abs(s - target_speedup) < abs(best[1] - target_speedup):
+            best = (mid, s)
+        if s > target_speedup:
+            lo = mid
+        else:
+            hi = mid
+    return best
