@@ -11,6 +11,7 @@ what the exactness tests check.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -88,15 +89,17 @@ def calibrate_calm_threshold(
                            **generate_kwargs)
         return out.stats.theoretical_speedup
 
-    lo, hi = 0.0, 1.0  # speedup(lo) is the largest, speedup(1.0) the smallest
+    # Bisect log(threshold) over [1e-4, 1]: confidences span orders of magnitude (a vocabulary
+    # of 50k gives top-1 probabilities far below 0.1 on uncertain tokens).
+    lo, hi = math.log(1e-4), 0.0  # speedup at lo is the largest, at hi (threshold 1) the smallest
     best = (1.0, speedup(1.0))
     for _ in range(iterations):
-        mid = (lo + hi) / 2
+        mid = math.exp((lo + hi) / 2)
         s = speedup(mid)
         if abs(s - target_speedup) < abs(best[1] - target_speedup):
             best = (mid, s)
         if s > target_speedup:
-            lo = mid
+            lo = math.log(mid)
         else:
-            hi = mid
+            hi = math.log(mid)
     return best
