@@ -41,9 +41,9 @@ class Shape:
 
 
 SHAPES: dict[str, Shape] = {
-    # the demo model (conf/model/tiny.yaml), with a tokenizer-sized vocabulary
-    "tiny": Shape("opt", dict(hidden_size=256, ffn_dim=1024, num_hidden_layers=8,
-                              num_attention_heads=4, word_embed_proj_dim=256, vocab_size=4096,
+    # the demo model (conf/model/tiny.yaml) with its synthetic-task tokenizer's 842 tokens
+    "tiny": Shape("opt", dict(hidden_size=192, ffn_dim=768, num_hidden_layers=8,
+                              num_attention_heads=4, word_embed_proj_dim=192, vocab_size=842,
                               max_position_embeddings=512)),
     "opt-125m": Shape("opt", dict(hidden_size=768, ffn_dim=3072, num_hidden_layers=12,
                                   num_attention_heads=12, word_embed_proj_dim=768)),
