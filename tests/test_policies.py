@@ -187,6 +187,11 @@ def test_bad_method_values_raise_clear_errors():
         CALMPolicy(L, 0.5, min_exit_layers=7)
     with pytest.raises(ScheduleError, match="threshold is not set"):
         build_policy({"name": "calm"}, L)
+    uncalibrated = build_policy({"name": "calm", "target_speedup": 2}, L)
+    assert uncalibrated.threshold is None
+    with pytest.raises(ValueError, match="calibrate it first"):
+        SkipDecoder(FAMILIES["opt"]()).generate(*left_padded_batch([3])[:1], uncalibrated, 4)
+    assert uncalibrated.with_threshold(0.5).threshold == 0.5
     with pytest.raises(ScheduleError, match="schedule.name='nope'"):
         build_policy({"name": "nope"}, L)
     dec = SkipDecoder(FAMILIES["opt"]())

@@ -167,7 +167,8 @@ def _resolve_schedule(
     num_layers: int,
     expected_length: int,
 ) -> tuple[Any, str]:
-    from skipdecode.schedules import ScheduleError, build_schedule
+    from skipdecode.policies import build_policy
+    from skipdecode.schedules import ScheduleError
 
     if override:
         spec, origin = dict(override), "override"
@@ -179,11 +180,40 @@ def _resolve_schedule(
             "choose one with schedule=<name> (e.g. schedule=full or schedule=target_2x)"
         )
     try:
-        return build_schedule(spec, num_layers, expected_length=expected_length), origin
+        return build_policy(spec, num_layers, expected_length=expected_length), origin
     except (ScheduleError, KeyError, TypeError) as e:
         raise EvaluationError(
             f"schedule ({origin}: {spec}) is incompatible with the {num_layers}-layer model: {e}"
         ) from e
+
+
+def _calibrate_calm(
+    decoder: Any,
+    policy: Any,
+    data_settings: Mapping[str, Any],
+    task: Any,
+    gen: Mapping[str, Any],
+    cfg: Mapping[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """Fix a CALM threshold so its per-token speedup on *validation* prompts is the target."""
+    from skipdecode.calm import calibrate_calm_threshold
+
+    split = cfg.get("split", "validation")
+    limit = int(cfg.get("limit", 32))
+    examples = _load_examples(dict(data_settings), split, limit)
+    max_source = int(data_settings.get("max_source_tokens") or task.max_source_tokens)
+    prompts, _ = _encode_prompts(decoder.tokenizer, task, [ex.source for ex in examples], max_source)
+    pad_id = decoder.tokenizer.pad_token_id
+    ids, mask = _left_pad(prompts, pad_id if pad_id is not None else decoder.tokenizer.eos_token_id)
+    threshold, achieved = calibrate_calm_threshold(
+        decoder, ids, mask, float(policy.target_speedup), int(gen["max_new_tokens"]),
+        check_every=policy.check_every, min_exit_layers=policy.min_exit_layers,
+        iterations=int(cfg.get("iterations", 8)))
+    log.info("CALM threshold calibrated on %d %s prompts: %.4g (%.2fx)", len(examples), split,
+             threshold, achieved)
+    return policy.with_threshold(threshold), {
+        "split": split, "num_inputs": len(examples), "threshold": threshold,
+        "theoretical_speedup": achieved, "target_speedup": policy.target_speedup}
 
 
 def _dataset_settings(data_cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,8 +286,9 @@ class _Totals:
     """Stats summed over batches for one schedule."""
 
     num_layers: int
-    work: float = 0.0  # sum over decode passes of budget * live rows
+    work: float = 0.0  # sum over decode passes and live rows of the layers each token used
     rows: int = 0  # sum of live rows over decode passes
+    batch_work: int = 0  # sum over decode passes of the layers the batch ran
     steps: int = 0
     tokens: int = 0
     prefill_s: float = 0.0
@@ -265,8 +296,10 @@ class _Totals:
     lengths: list[int] | None = None
 
     def add(self, stats: Any) -> None:
-        self.work += sum(b * n for b, n in zip(stats.budgets, stats.live_rows, strict=True))
-        self.rows += sum(stats.live_rows)
+        live = sum(stats.live_rows)
+        self.work += stats.layers_per_token * live  # per-token depth (differs per row for CALM)
+        self.rows += live
+        self.batch_work += sum(stats.budgets)
         self.steps += stats.decode_steps
         self.tokens += stats.tokens_generated
         self.prefill_s += stats.prefill_seconds
@@ -280,6 +313,9 @@ class _Totals:
         return {
             "layers_per_token": lpt,
             "theoretical_speedup": self.num_layers / lpt,
+            # L / layers the batch ran per pass: below the per-token figure when a batch waits
+            # for its slowest token (CALM); equal for every schedule that shares one plan
+            "batch_speedup": self.num_layers * self.steps / self.batch_work if self.batch_work else 1.0,
             "decode_steps": self.steps,
             "tokens_generated": self.tokens,
             "mean_generated_length": self.tokens / n if n else 0.0,
@@ -422,6 +458,7 @@ def summarize(quality: Mapping[str, Any], speed: Mapping[str, Any]) -> dict[str,
         out["bertscore_f1"] = quality["bertscore"]["f1"]
     for k in (
         "theoretical_speedup",
+        "batch_speedup",
         "layers_per_token",
         "measured_speedup_decode",
         "measured_speedup_e2e",
@@ -512,6 +549,10 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     gen = dict(ev["generation"])
     if gen.get("max_new_tokens") is None:
         gen["max_new_tokens"] = int(task.max_target_tokens)
+    calibration = None
+    if getattr(schedule, "name", None) == "calm" and schedule.threshold is None:
+        schedule, calibration = _calibrate_calm(
+            decoder, schedule, data_settings, task, gen, ev.get("calibration") or {})
     if gen.get("stop") not in ("eos", "none"):
         raise EvaluationError(f"eval.generation.stop={gen.get('stop')!r}; allowed: 'eos', 'none'")
     bs = int(gen["batch_size"])
@@ -579,6 +620,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         },
         "schedule": {
             **schedule.describe(),
+            "calibration": calibration,
             "origin": schedule_origin,
             "expected_length": int(expected),
         },

@@ -2,7 +2,7 @@
 
 The directory loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer`` (or
 :func:`skipdecode.models.load_pretrained_dir`); ``skipdecode.json`` holds what evaluation needs:
-the resolved schedule (``Schedule.describe()``, a valid ``build_schedule`` config), the schedule
+the resolved method (``DecodePolicy.describe()``, a valid ``build_policy`` config), the schedule
 config it came from, the dataset name and settings, the expected length, and training metrics.
 """
 

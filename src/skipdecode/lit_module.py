@@ -34,7 +34,8 @@ from .models import (
     model_from_hf_config,
     needs_trained_tokenizer,
 )
-from .schedules import FullSchedule, Schedule, ScheduleError, build_schedule, position_layer_mask
+from .policies import AdaptiveSkipPolicy, CALMPolicy, DecodePolicy, build_policy
+from .schedules import FullSchedule, LinearSchedule, Schedule, ScheduleError, position_layer_mask
 
 __all__ = ["SkipDecodeLitModule", "warmup_decay_schedule", "CKPT_KEY"]
 
@@ -131,9 +132,12 @@ class SkipDecodeLitModule(pl.LightningModule):
             self.model = build_model(model, self.tokenizer)
             self.hparams["hf_config"] = json.loads(self.model.config.to_json_string())
         self.decoder = SkipDecoder(self.model)
-        self.schedule = self._build_schedule(schedule, expected_length)
+        self.policy = self._build_policy(schedule, expected_length)
+        # The deterministic plan validation reports under (a fixed linear proxy for the adaptive
+        # policy; every layer for CALM, whose own loss weights the intermediate exits).
+        self.schedule = self._validation_schedule(self.policy, expected_length)
         self.full_schedule = FullSchedule(self.decoder.num_layers)
-        self.hparams["schedule_resolved"] = self.schedule.describe()
+        self.hparams["schedule_resolved"] = self.policy.describe()
         self._val_sums: dict[str, list[torch.Tensor]] = {}
         self.start_metrics: dict[str, float] = {}
         self.speed: dict[str, float] = {}
@@ -141,15 +145,33 @@ class SkipDecodeLitModule(pl.LightningModule):
         self._timed = {"steps": 0, "seconds": 0.0, "tokens": 0}
 
     # ------------------------------------------------------------------ setup
-    def _build_schedule(self, cfg: Mapping[str, Any], expected_length: int | None) -> Schedule:
+    def _build_policy(self, cfg: Mapping[str, Any], expected_length: int | None) -> DecodePolicy:
         L = self.decoder.num_layers
         try:
-            return build_schedule(cfg, L, expected_length)
+            return build_policy(cfg, L, expected_length)
         except ScheduleError as e:
             raise ScheduleError(
                 f"schedule={cfg.get('name')!r} {dict(cfg)} cannot be used with "
                 f"model={self.hparams.model.get('name')!r} ({L} layers): {e}"
             ) from e
+
+    @staticmethod
+    def _validation_schedule(policy: DecodePolicy, expected_length: int | None) -> Schedule:
+        static = policy.static_schedule()
+        if static is not None:
+            return static
+        if isinstance(policy, AdaptiveSkipPolicy):
+            return LinearSchedule(policy.num_layers, policy.warmup_layers, policy.max_layers,
+                                  policy.min_layers, int(expected_length or 32))
+        return FullSchedule(policy.num_layers)
+
+    def _training_schedule(self) -> Schedule:
+        """This batch's plan: the schedule, or a fresh random monotone draw (adaptive), seeded by
+        the step so a resumed run sees the same draws."""
+        if isinstance(self.policy, AdaptiveSkipPolicy):
+            gen = torch.Generator().manual_seed(int(self.global_step) * 7919 + int(self.current_epoch))
+            return self.policy.training_schedule(gen)
+        return self.schedule
 
     # ------------------------------------------------------------------ forward / loss
     def forward(
@@ -182,6 +204,20 @@ class SkipDecodeLitModule(pl.LightningModule):
         )
         return loss, (targets != IGNORE_INDEX).sum()
 
+    def calm_loss_sums(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """CALM's recipe: cross-entropy at every exit through the shared head, weighted by depth."""
+        assert isinstance(self.policy, CALMPolicy)
+        weights = self.policy.intermediate_loss_weights()
+        exits = self.decoder.forward_exits(batch["input_ids"], batch["attention_mask"], list(weights))
+        targets = batch["labels"][:, 1:]
+        total = 0.0
+        for layer_idx, w in weights.items():
+            logits = exits[layer_idx][:, :-1].float()
+            total = total + w * F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                ignore_index=IGNORE_INDEX, reduction="sum")
+        return total, (targets != IGNORE_INDEX).sum()
+
     # ------------------------------------------------------------------ training
     def on_train_start(self) -> None:
         self.model.train()  # transformers models come in eval mode; Lightning restores modes
@@ -195,7 +231,10 @@ class SkipDecodeLitModule(pl.LightningModule):
             self.trainer.callback_metrics[key] = torch.tensor(value)
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss_sum, ntok = self.loss_sums(batch, self.schedule)
+        if isinstance(self.policy, CALMPolicy):
+            loss_sum, ntok = self.calm_loss_sums(batch)
+        else:
+            loss_sum, ntok = self.loss_sums(batch, self._training_schedule())
         loss = loss_sum / ntok.clamp(min=1)
         bs = batch["input_ids"].shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
@@ -299,7 +338,7 @@ class SkipDecodeLitModule(pl.LightningModule):
             "tokenizer_files": _tokenizer_files(self.tokenizer)
             if self.tokenizer is not None
             else None,
-            "schedule": self.schedule.describe(),
+            "schedule": self.policy.describe(),
             "schedule_config": dict(self.hparams.schedule),
             "expected_length": self.hparams.expected_length,
             "dataset": self.hparams.dataset,

@@ -51,9 +51,16 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
         figsize=(4.2 * len(metrics), 3.4 * len(SPEEDUPS)),
         squeeze=False,
     )
+    # One line per model/method; each starts from that model's full-schedule baseline (1x),
+    # which is also drawn on its own as a star.
+    baselines = [r for r in rows if r.get("method") == "full"]
     lines: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        lines.setdefault(_line_label(row), []).append(row)
+        if row.get("method") != "full":
+            lines.setdefault(_line_label(row), []).append(row)
+    for label, pts in lines.items():
+        model = pts[0].get("model")
+        pts.extend(b for b in baselines if b.get("model") == model)
     for i, (sx, sx_label) in enumerate(SPEEDUPS):
         for j, (metric, m_label) in enumerate(metrics):
             ax = axes[i][j]
@@ -65,6 +72,11 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
                 )
                 if xy:
                     ax.plot([a for a, _ in xy], [b for _, b in xy], marker="o", label=label)
+            for base in baselines:
+                x, y = _f(base.get(sx)), _f(base.get(metric))
+                if x is not None and y is not None:
+                    ax.plot([x], [y], marker="*", markersize=12, color="black", linestyle="none",
+                            label=_line_label(base) if (i, j) == (0, 0) else None)
             ax.set_xlabel(sx_label, fontsize=8)
             ax.set_ylabel(m_label)
             ax.grid(alpha=0.3)

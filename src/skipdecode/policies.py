@@ -185,17 +185,25 @@ class CALMPolicy(DecodePolicy):
     per_token = True
     batchable = False
 
-    def __init__(self, num_layers: int, threshold: float, check_every: int = 1,
-                 min_exit_layers: int = 1, allow_batching: bool = False):
+    def __init__(self, num_layers: int, threshold: float | None, check_every: int = 1,
+                 min_exit_layers: int = 1, allow_batching: bool = False,
+                 target_speedup: float | None = None):
         super().__init__(num_layers)
-        _require(isinstance(threshold, (int, float)) and 0 < threshold <= 1, "threshold", threshold,
-                 "must be in (0, 1] (a softmax confidence)")
+        # threshold None: to be calibrated to ``target_speedup`` on held-out prompts before decoding
+        # (skipdecode.calm.calibrate_calm_threshold); training does not need it.
+        if threshold is None:
+            _require(target_speedup is not None, "threshold", threshold,
+                     "must be in (0, 1], or null together with target_speedup (calibrated)")
+        else:
+            _require(isinstance(threshold, (int, float)) and 0 < threshold <= 1, "threshold",
+                     threshold, "must be in (0, 1] (a softmax confidence)")
         _require(isinstance(check_every, int) and 1 <= check_every <= num_layers, "check_every",
                  check_every, f"must be an integer in [1, {num_layers}]")
         _require(isinstance(min_exit_layers, int) and 1 <= min_exit_layers <= num_layers,
                  "min_exit_layers", min_exit_layers,
                  f"must be an integer in [1, {num_layers}] (an exit beyond the model is not allowed)")
-        self.threshold = float(threshold)
+        self.threshold = None if threshold is None else float(threshold)
+        self.target_speedup = target_speedup
         self.check_every = check_every
         self.min_exit_layers = min_exit_layers
         self.allow_batching = bool(allow_batching)
@@ -206,6 +214,11 @@ class CALMPolicy(DecodePolicy):
         return [n - 1 for n in range(self.min_exit_layers, L) if n % self.check_every == 0]
 
     def start(self, batch_size: int) -> None:
+        if self.threshold is None:
+            raise ValueError(
+                "schedule.threshold is null: calibrate it first (skipdecode.calm."
+                "calibrate_calm_threshold; the evaluation stage does this on validation prompts)"
+            )
         if batch_size > 1 and not self.allow_batching:
             raise ValueError(
                 f"policy.name=calm cannot batch tokens that exit at different layers (batch size "
@@ -225,8 +238,12 @@ class CALMPolicy(DecodePolicy):
 
     def describe(self) -> dict:
         return {"name": self.name, "num_layers": self.num_layers, "threshold": self.threshold,
-                "check_every": self.check_every, "min_exit_layers": self.min_exit_layers,
-                "allow_batching": self.allow_batching}
+                "target_speedup": self.target_speedup, "check_every": self.check_every,
+                "min_exit_layers": self.min_exit_layers, "allow_batching": self.allow_batching}
+
+    def with_threshold(self, threshold: float) -> CALMPolicy:
+        return CALMPolicy(self.num_layers, threshold, self.check_every, self.min_exit_layers,
+                          self.allow_batching, self.target_speedup)
 
 
 def as_policy(plan: Schedule | DecodePolicy) -> DecodePolicy:
@@ -276,8 +293,13 @@ def build_policy(cfg: Mapping, num_layers: int, expected_length: int | None = No
         return AdaptiveSkipPolicy(L, w, int(cfg["max_layers"]), int(cfg["min_layers"]),
                                   cfg.get("target_mean"))
     if name == "calm":
-        if cfg.get("threshold") is None:
-            raise ScheduleError("schedule.threshold is not set: CALM needs a confidence threshold in (0, 1]")
-        return CALMPolicy(L, float(cfg["threshold"]), int(cfg.get("check_every", 1)),
-                          int(cfg.get("min_exit_layers", 1)), bool(cfg.get("allow_batching", False)))
+        threshold = cfg.get("threshold")
+        if threshold is None and s is None:
+            raise ScheduleError(
+                "schedule.threshold is not set: CALM needs a confidence threshold in (0, 1], or "
+                "target_speedup to calibrate one on validation prompts")
+        return CALMPolicy(L, None if threshold is None else float(threshold),
+                          int(cfg.get("check_every", 1)), int(cfg.get("min_exit_layers", 1)),
+                          bool(cfg.get("allow_batching", False)),
+                          None if s is None else float(s))
     raise ScheduleError(f"schedule.name={name!r} is not known; choose one of {POLICY_NAMES}")

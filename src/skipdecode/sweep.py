@@ -96,8 +96,20 @@ def _labels(c: Mapping[str, Any]) -> dict[str, Any]:
         "dataset": (c.get("dataset") or {}).get("name") or choices.get("dataset"),
         "schedule": choices.get("schedule") or sched.get("name"),
         "target_speedup": float(target) if target is not None else None,
-        "method": (c.get("sweep") or {}).get("method", "skipdecode"),
+        "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched.get("name")),
     }
+
+
+_METHOD_LABELS = {"full": "full", "linear": "skipdecode", "target": "skipdecode",
+                  "early_exit": "early exit", "unified": "unified skip", "power_law": "power law",
+                  "adaptive": "adaptive skipdecode", "calm": "CALM"}
+
+
+def _method_label(configured: str | None, schedule_name: str | None) -> str:
+    """The plot's line label: ``sweep.method``, or with ``auto`` the schedule's method."""
+    if configured and configured != "auto":
+        return str(configured)
+    return _METHOD_LABELS.get(str(schedule_name), str(schedule_name))
 
 
 def _train_cfg(cfg: DictConfig, train_dir: Path) -> DictConfig:

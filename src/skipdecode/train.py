@@ -109,7 +109,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         validate_full=bool(cfg.module.get("validate_full", True)),
         tokenizer=tokenizer,
     )
-    schedule_desc = module.schedule.describe()
+    schedule_desc = module.policy.describe()
     run_info = {
         "schedule": schedule_desc,
         "schedule_config": _container(cfg.schedule),
