@@ -58,7 +58,7 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
     for row in rows:
         if row.get("method") != "full":
             lines.setdefault(_line_label(row), []).append(row)
-    for label, pts in lines.items():
+    for pts in lines.values():
         model = pts[0].get("model")
         pts.extend(b for b in baselines if b.get("model") == model)
     for i, (sx, sx_label) in enumerate(SPEEDUPS):
