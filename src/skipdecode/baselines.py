@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .schedules import Schedule, _linear_active, _require, _round_half_up
+from .schedules import Schedule, _linear_active, _require, _round_half_up, check_budget_range
 
 __all__ = [
     "EarlyExitSchedule",
@@ -101,14 +101,7 @@ class PowerLawSchedule(Schedule):
 
     def __init__(self, num_layers: int, warmup_layers: int, max_layers: int, min_layers: int, alpha: float):
         super().__init__(num_layers)
-        L = num_layers
-        _require(isinstance(warmup_layers, int) and 0 <= warmup_layers < L, "warmup_layers",
-                 warmup_layers, f"must be an integer in [0, {L - 1}]")
-        _require(isinstance(max_layers, int) and 1 <= max_layers <= L, "max_layers", max_layers,
-                 f"must be an integer in [1, {L}]")
-        _require(isinstance(min_layers, int) and warmup_layers + 1 <= min_layers <= max_layers,
-                 "min_layers", min_layers,
-                 f"must be an integer in [warmup_layers + 1, max_layers] = [{warmup_layers + 1}, {max_layers}]")
+        check_budget_range(num_layers, warmup_layers, max_layers, min_layers)
         _require(alpha >= 0, "alpha", alpha, "must be >= 0")
         self.warmup_layers, self.max_layers, self.min_layers = warmup_layers, max_layers, min_layers
         self.alpha = float(alpha)

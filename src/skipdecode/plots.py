@@ -6,10 +6,11 @@ Each figure has a row per speedup kind (theoretical, measured decode) and a colu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from .aggregate import _num as _f
 
 __all__ = ["METRICS", "SPEEDUPS", "plot_sweep", "plot_dataset"]
 
@@ -22,14 +23,6 @@ SPEEDUPS: tuple[tuple[str, str], ...] = (
     ("theoretical_speedup", "theoretical speedup (L / layers per token)"),
     ("measured_speedup_decode", "measured decode speedup vs full"),
 )
-
-
-def _f(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else v
 
 
 def _line_label(row: Mapping[str, Any]) -> str:

@@ -41,6 +41,7 @@ from .schedules import (
     _require,
     _round_half_up,
     build_schedule,
+    check_budget_range,
     linear_for_speedup,
 )
 
@@ -149,14 +150,7 @@ class AdaptiveSkipPolicy(DecodePolicy):
     def __init__(self, num_layers: int, warmup_layers: int, max_layers: int, min_layers: int,
                  target_mean: float | None = None):
         super().__init__(num_layers)
-        L = num_layers
-        _require(isinstance(warmup_layers, int) and 0 <= warmup_layers < L, "warmup_layers",
-                 warmup_layers, f"must be an integer in [0, {L - 1}]")
-        _require(isinstance(max_layers, int) and 1 <= max_layers <= L, "max_layers", max_layers,
-                 f"must be an integer in [1, {L}]")
-        _require(isinstance(min_layers, int) and warmup_layers + 1 <= min_layers <= max_layers,
-                 "min_layers", min_layers,
-                 f"must be an integer in [warmup_layers + 1, max_layers] = [{warmup_layers + 1}, {max_layers}]")
+        check_budget_range(num_layers, warmup_layers, max_layers, min_layers)
         self.warmup_layers, self.max_layers, self.min_layers = warmup_layers, max_layers, min_layers
         self.target_mean = float(target_mean) if target_mean is not None else (max_layers + min_layers) / 2
 

@@ -48,6 +48,38 @@ def _require(ok: bool, key: str, value: object, allowed: str) -> None:
         raise ScheduleError(f"schedule.{key}={value!r} is not allowed: {allowed}")
 
 
+def check_budget_range(num_layers: int, warmup_layers: int, max_layers: int, min_layers: int) -> None:
+    """Validate SkipDecode's layout parameters (budgets include the warm-up layers)."""
+    L = num_layers
+    _require(
+        isinstance(warmup_layers, int) and 0 <= warmup_layers < L,
+        "warmup_layers",
+        warmup_layers,
+        f"must be an integer in [0, {L - 1}] for a {L}-layer model",
+    )
+    _require(
+        isinstance(max_layers, int) and 1 <= max_layers <= L,
+        "max_layers",
+        max_layers,
+        f"must be an integer in [1, {L}] for a {L}-layer model",
+    )
+    _require(
+        isinstance(min_layers, int) and min_layers <= max_layers,
+        "min_layers",
+        min_layers,
+        f"must be an integer <= max_layers={max_layers}",
+    )
+    # The token always leaves through the top layer, so every budget keeps at least one layer
+    # above the warm-up block.
+    _require(
+        min_layers >= warmup_layers + 1,
+        "min_layers",
+        min_layers,
+        f"must be >= warmup_layers + 1 = {warmup_layers + 1} "
+        "(budgets include the warm-up layers and always keep the top layer)",
+    )
+
+
 class Schedule(ABC):
     """A static, position-based layer plan for an ``num_layers``-layer model."""
 
@@ -141,34 +173,7 @@ class LinearSchedule(Schedule):
         decay_tokens: int,
     ):
         super().__init__(num_layers)
-        L = num_layers
-        _require(
-            isinstance(warmup_layers, int) and 0 <= warmup_layers < L,
-            "warmup_layers",
-            warmup_layers,
-            f"must be an integer in [0, {L - 1}] for a {L}-layer model",
-        )
-        _require(
-            isinstance(max_layers, int) and 1 <= max_layers <= L,
-            "max_layers",
-            max_layers,
-            f"must be an integer in [1, {L}] for a {L}-layer model",
-        )
-        _require(
-            isinstance(min_layers, int) and min_layers <= max_layers,
-            "min_layers",
-            min_layers,
-            f"must be an integer <= max_layers={max_layers}",
-        )
-        # The token always leaves through the top layer, so every budget keeps at least one
-        # layer above the warm-up block.
-        _require(
-            min_layers >= warmup_layers + 1,
-            "min_layers",
-            min_layers,
-            f"must be >= warmup_layers + 1 = {warmup_layers + 1} "
-            "(budgets include the warm-up layers and always keep the top layer)",
-        )
+        check_budget_range(num_layers, warmup_layers, max_layers, min_layers)
         _require(
             isinstance(decay_tokens, int) and decay_tokens >= 1,
             "decay_tokens",
