@@ -266,3 +266,20 @@ def test_cache_refuses_gaps():
     assert cache.lengths == [4, 0]
     cache.reset()
     assert cache.lengths == [0, 0]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_unpadded_batch_runs_maskless_and_stays_exact(family):
+    # No padding: SDPA runs without a mask (causal prefill), as transformers does.
+    model = FAMILIES[family]()
+    ids, mask = left_padded_batch([6, 6, 6])
+    hf = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=10,
+                        eos_token_id=None, pad_token_id=PAD)
+    dec = SkipDecoder(model)
+    assert torch.equal(dec.generate(ids, FullSchedule(6), 10, mask, eos_token_id=[]).sequences, hf)
+    schedule = LinearSchedule(6, 1, 5, 2, 4)
+    out = dec.generate(ids, schedule, 10, mask, eos_token_id=[], return_logits=True)
+    B, P = ids.shape
+    lm = position_layer_mask(schedule, torch.full((B,), P), P + 10)
+    tf = dec.forward(out.sequences, torch.ones_like(out.sequences), lm)
+    torch.testing.assert_close(out.step_logits, tf[:, P - 1 : P + 9], atol=ATOL, rtol=0)

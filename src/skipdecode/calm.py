@@ -28,7 +28,7 @@ def calm_decode_step(
     position: torch.Tensor,
     cache_position: int,
     cache: KVCache,
-    decode_mask: torch.Tensor,
+    decode_mask: torch.Tensor | None,
     policy: CALMPolicy,
     live: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -37,7 +37,7 @@ def calm_decode_step(
     L = adapter.num_layers
     hidden = adapter.embed(token[:, None], position)
     kwargs = adapter.layer_kwargs(hidden, position)
-    attn = decode_mask[..., : cache_position + 1]
+    attn = None if decode_mask is None else decode_mask[..., : cache_position + 1]
     cache.begin(cache_position)
     checks = set(policy.exit_checks())
     exited = ~live  # finished rows never hold the batch back

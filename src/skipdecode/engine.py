@@ -276,7 +276,10 @@ class SkipDecoder:
             capacity = P + max(0, max_new_tokens - 1)
             cache = self._new_cache(B, capacity, device)
             dtype = self._dtype()
-            decode_mask = decode_attention_mask(attention_mask, capacity, dtype)
+            # Without padding, SDPA needs no mask (causal prefill, full decode rows), which also
+            # lets it run grouped-query attention without copying K/V per head.
+            maskless = self._sdpa() and bool(attention_mask.all())
+            decode_mask = None if maskless else decode_attention_mask(attention_mask, capacity, dtype)
             valid = attention_mask.long().sum(-1)  # (B,) real prompt tokens per row
 
             generated: list[torch.Tensor] = []
@@ -285,7 +288,7 @@ class SkipDecoder:
             finished = torch.zeros(B, dtype=torch.bool, device=device)
 
             t0 = _now(device)
-            logits = self._prefill(input_ids, attention_mask, cache)
+            logits = self._prefill(input_ids, attention_mask, cache, maskless)
             t1 = _now(device)
             budgets: list[int] = []
             if max_new_tokens > 0:
@@ -364,12 +367,13 @@ class SkipDecoder:
 
     # ------------------------------------------------------------------------------------
     def _prefill(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache,
+        maskless: bool = False,
     ) -> torch.Tensor:
         """All layers over the prompt, filling every layer's cache; last-position logits."""
         position_ids = position_ids_from_mask(attention_mask)
         hidden = self.adapter.embed(input_ids, position_ids)
-        attn = causal_attention_mask(attention_mask, hidden.dtype)
+        attn = None if maskless else causal_attention_mask(attention_mask, hidden.dtype)
         kwargs = self.adapter.layer_kwargs(hidden, position_ids)
         cache.begin(0)
         for layer in self.adapter.layers:
@@ -383,12 +387,12 @@ class SkipDecoder:
         cache_position: int,
         active: Sequence[int],
         cache: KVCache,
-        decode_mask: torch.Tensor,
+        decode_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """One token per row through the active layers only; logits ``(B, V)``."""
         hidden = self.adapter.embed(token[:, None], position)
         kwargs = self.adapter.layer_kwargs(hidden, position)
-        attn = decode_mask[..., : cache_position + 1]
+        attn = None if decode_mask is None else decode_mask[..., : cache_position + 1]
         cache.begin(cache_position)
         layers = self.adapter.layers
         for layer_idx in active:
@@ -404,6 +408,9 @@ class SkipDecoder:
         return StaticKVCache(
             self.num_layers, batch, kv_heads, head_dim, capacity, self._dtype(), device
         )
+
+    def _sdpa(self) -> bool:
+        return getattr(self.model.config, "_attn_implementation", None) == "sdpa"
 
     def _dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
