@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from skipdecode.data.collate import left_pad
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -204,7 +206,7 @@ def _calibrate_calm(
     max_source = int(data_settings.get("max_source_tokens") or task.max_source_tokens)
     prompts, _ = _encode_prompts(decoder.tokenizer, task, [ex.source for ex in examples], max_source)
     pad_id = decoder.tokenizer.pad_token_id
-    ids, mask = _left_pad(prompts, pad_id if pad_id is not None else decoder.tokenizer.eos_token_id)
+    ids, mask = left_pad(prompts, pad_id if pad_id is not None else decoder.tokenizer.eos_token_id)
     threshold, achieved = calibrate_calm_threshold(
         decoder, ids, mask, float(policy.target_speedup), int(gen["max_new_tokens"]),
         check_every=policy.check_every, min_exit_layers=policy.min_exit_layers,
@@ -263,17 +265,6 @@ def _encode_prompts(
         out.append(list(ids))
         cut += int(truncated)
     return out, cut
-
-
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = 1
-    return ids, mask
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,7 +347,7 @@ def _generate_all(
     )
     stop = gen["stop"] == "eos"
     for w in range(min(warmup_batches, len(batches))):  # untimed: first-call overheads
-        ids, mask = _left_pad([prompt_ids[i] for i in batches[w]], pad_id)
+        ids, mask = left_pad([prompt_ids[i] for i in batches[w]], pad_id)
         for sched in (schedule, baseline):
             if sched is not None:
                 decoder.generate(
@@ -370,7 +361,7 @@ def _generate_all(
                     **kwargs,
                 )
     for b, index in enumerate(batches):
-        ids, mask = _left_pad([prompt_ids[i] for i in index], pad_id)
+        ids, mask = left_pad([prompt_ids[i] for i in index], pad_id)
         out = decoder.generate(
             ids, schedule, gen["max_new_tokens"], mask, seed=seed + b, stop_at_eos=stop, **kwargs
         )

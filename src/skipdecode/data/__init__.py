@@ -12,6 +12,7 @@ from .collate import (
     encode_examples,
     encode_prompt,
     eval_batches,
+    left_pad,
 )
 from .datasets import (
     SPLITS,
@@ -43,6 +44,7 @@ __all__ = [
     "EmptySplitError",
     "EncodedExample",
     "EvalBatch",
+    "left_pad",
     "Example",
     "MissingColumnsError",
     "TargetTooLongError",

@@ -276,6 +276,18 @@ class TrainCollator:
         }
 
 
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists as one left-padded batch: ``(input_ids, attention_mask)``, both ``(B, T)``."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        if ids:
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+    return input_ids, attention_mask
+
+
 @dataclass
 class EvalBatch:
     """Left-padded prompts for generation, with their examples and input positions."""
@@ -305,13 +317,7 @@ class EvalBatch:
         encoded = [
             encode_prompt(tokenizer, ex.source, task, limit, add_bos=add_bos) for ex in examples
         ]
-        pad = _pad_id(tokenizer, pad_id)
-        width = max(len(ids) for ids, _ in encoded)
-        input_ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, (ids, _) in enumerate(encoded):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
+        input_ids, attention_mask = left_pad([ids for ids, _ in encoded], _pad_id(tokenizer, pad_id))
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
