@@ -84,7 +84,7 @@ def build_random_model(shape: str, dtype: torch.dtype = torch.float32, device: s
     return model.to(dtype).eval()
 
 
-def _median_time(fn: Callable[[], Any], device: torch.device) -> float:
+def _time_once(fn: Callable[[], Any], device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
@@ -118,8 +118,8 @@ def _cost_split(dec: SkipDecoder, ids: torch.Tensor, mask: torch.Tensor, steps: 
             out = dec._decode_step(token, position, P, (), cache, decode_mask)
             return out.argmax(-1)
 
-        other = [_median_time(no_layer_step, device) for _ in range(steps)]
-        head = [_median_time(lambda: dec.adapter.head(hidden), device) for _ in range(steps)]
+        other = [_time_once(no_layer_step, device) for _ in range(steps)]
+        head = [_time_once(lambda: dec.adapter.head(hidden), device) for _ in range(steps)]
     return {"non_layer_s": statistics.median(other), "head_s": statistics.median(head)}
 
 
@@ -153,8 +153,8 @@ def bench_decode(
 
     def run_hf() -> dict[str, float]:
         with torch.no_grad():
-            prefill = _median_time(lambda: model(input_ids=ids, attention_mask=mask, use_cache=True), dev)
-            total = _median_time(lambda: model.generate(
+            prefill = _time_once(lambda: model(input_ids=ids, attention_mask=mask, use_cache=True), dev)
+            total = _time_once(lambda: model.generate(
                 input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens, eos_token_id=None, pad_token_id=0), dev)
         # generate = one prefill + (new_tokens - 1) cached decode passes
@@ -263,7 +263,7 @@ def bench_train(
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, (sched, slicing) in variants.items():
-            times[name].append(_median_time(lambda s=sched, sl=slicing: step(s, sl), dev))
+            times[name].append(_time_once(lambda s=sched, sl=slicing: step(s, sl), dev))
     rows = {}
     full = statistics.median(times["full"])
     for name, ts in times.items():
