@@ -45,6 +45,29 @@ class DecoderAdapter(ABC):
         """Extra per-call keyword arguments for every layer (shared across layers)."""
         return {"position_ids": position_ids}
 
+    def run_layer(
+        self,
+        layer_idx: int,
+        hidden: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        kwargs: dict[str, Any],
+        cache: Any | None = None,
+    ) -> torch.Tensor:
+        """Run decoder layer ``layer_idx`` on ``hidden`` ``(B, T, D)``; its new hidden states.
+
+        The one place the engine calls a layer: with ``cache`` the layer appends its keys and
+        values there. A family whose layers return extra outputs (a tuple) or need other
+        arguments overrides this.
+        """
+        layer = self.layers[layer_idx]
+        if cache is None:
+            out = layer(hidden, attention_mask=attention_mask, **kwargs)
+        else:
+            out = layer(
+                hidden, attention_mask=attention_mask, past_key_values=cache, use_cache=True, **kwargs
+            )
+        return out[0] if isinstance(out, tuple) else out
+
     def layer_kwargs_slice(self, kwargs: dict[str, Any], length: int) -> dict[str, Any]:
         """The same arguments restricted to the first ``length`` positions."""
         return {k: _slice_positions(v, length) for k, v in kwargs.items()}

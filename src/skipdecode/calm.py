@@ -43,8 +43,8 @@ def calm_decode_step(
     exited = ~live  # finished rows never hold the batch back
     depth = torch.full_like(token, L)
     ran = L
-    for layer_idx, layer in enumerate(adapter.layers):
-        out = layer(hidden, attention_mask=attn, past_key_values=cache, use_cache=True, **kwargs)
+    for layer_idx in range(L):
+        out = adapter.run_layer(layer_idx, hidden, attn, kwargs, cache)
         hidden = torch.where(exited[:, None, None], hidden, out)
         if layer_idx not in checks:
             continue

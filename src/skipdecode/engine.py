@@ -176,23 +176,20 @@ class SkipDecoder:
         kwargs = self.adapter.layer_kwargs(hidden, position_ids)
 
         prefixes = _active_prefixes(layer_mask, L, T) if prefix_slicing else [T] * L
-        for layer_idx, layer in enumerate(self.adapter.layers):
+        run = self.adapter.run_layer
+        for layer_idx in range(L):
             n = prefixes[layer_idx]
             if n == 0:
                 continue
             if n == T and (layer_mask is None or bool(layer_mask[:, layer_idx].all())):
-                hidden = layer(hidden, attention_mask=attn, **kwargs)
+                hidden = run(layer_idx, hidden, attn, kwargs)
                 continue
             if n == T:  # whole sequence computed, then masked
-                out = layer(hidden, attention_mask=attn, **kwargs)
+                out = run(layer_idx, hidden, attn, kwargs)
                 hidden = torch.where(layer_mask[:, layer_idx, :, None].to(hidden.device), out, hidden)
                 continue
             head = hidden[:, :n]
-            out = layer(
-                head,
-                attention_mask=attn[:, :, :n, :n],
-                **self.adapter.layer_kwargs_slice(kwargs, n),
-            )
+            out = run(layer_idx, head, attn[:, :, :n, :n], self.adapter.layer_kwargs_slice(kwargs, n))
             assert layer_mask is not None
             keep = layer_mask[:, layer_idx, :n, None].to(hidden.device)
             head = torch.where(keep, out, head)
@@ -218,8 +215,8 @@ class SkipDecoder:
         attn = causal_attention_mask(attention_mask, hidden.dtype)
         kwargs = self.adapter.layer_kwargs(hidden, position_ids)
         out: dict[int, torch.Tensor] = {}
-        for layer_idx, layer in enumerate(self.adapter.layers[: max(wanted) + 1]):
-            hidden = layer(hidden, attention_mask=attn, **kwargs)
+        for layer_idx in range(max(wanted) + 1):
+            hidden = self.adapter.run_layer(layer_idx, hidden, attn, kwargs)
             if layer_idx in wanted:
                 out[layer_idx] = self.adapter.head(hidden)
         return out
@@ -376,8 +373,8 @@ class SkipDecoder:
         attn = None if maskless else causal_attention_mask(attention_mask, hidden.dtype)
         kwargs = self.adapter.layer_kwargs(hidden, position_ids)
         cache.begin(0)
-        for layer in self.adapter.layers:
-            hidden = layer(hidden, attention_mask=attn, past_key_values=cache, use_cache=True, **kwargs)
+        for layer_idx in range(self.num_layers):
+            hidden = self.adapter.run_layer(layer_idx, hidden, attn, kwargs, cache)
         return self.adapter.head(hidden[:, -1:])[:, 0]
 
     def _decode_step(
@@ -394,11 +391,8 @@ class SkipDecoder:
         kwargs = self.adapter.layer_kwargs(hidden, position)
         attn = None if decode_mask is None else decode_mask[..., : cache_position + 1]
         cache.begin(cache_position)
-        layers = self.adapter.layers
         for layer_idx in active:
-            hidden = layers[layer_idx](
-                hidden, attention_mask=attn, past_key_values=cache, use_cache=True, **kwargs
-            )
+            hidden = self.adapter.run_layer(layer_idx, hidden, attn, kwargs, cache)
         return self.adapter.head(hidden)[:, 0]
 
     def _new_cache(self, batch: int, capacity: int, device: torch.device) -> KVCache:
