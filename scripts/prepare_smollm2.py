@@ -14,7 +14,7 @@ from pathlib import Path
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 
-from skipdecode.assets import (  # noqa: E402
+from skipdecode.models.assets import (  # noqa: E402
     SMOLLM2_NUM_LAYERS,
     convert_smollm2,
     is_converted,

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 
-def _repo_root() -> Path | None:
+def repo_root() -> Path | None:
     """Nearest parent of this file that holds a pyproject.toml, or None (installed package)."""
     for parent in Path(__file__).resolve().parents:
         if (parent / "pyproject.toml").is_file():
@@ -23,7 +23,7 @@ def cache_dir() -> Path:
     if env:
         path = Path(env).expanduser()
     else:
-        root = _repo_root()
+        root = repo_root()
         path = root / ".cache" if root is not None else Path.home() / ".cache" / "skipdecode"
     path.mkdir(parents=True, exist_ok=True)
     return path

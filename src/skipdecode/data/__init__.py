@@ -5,13 +5,11 @@ Plain Python: callers pass configuration values as arguments.
 
 from .collate import (
     EncodedExample,
-    EvalBatch,
     TrainCollator,
     TruncationReport,
     encode_example,
     encode_examples,
     encode_prompt,
-    eval_batches,
     left_pad,
 )
 from .datasets import (
@@ -43,7 +41,6 @@ __all__ = [
     "DataNotFoundError",
     "EmptySplitError",
     "EncodedExample",
-    "EvalBatch",
     "left_pad",
     "Example",
     "MissingColumnsError",
@@ -56,7 +53,6 @@ __all__ = [
     "encode_example",
     "encode_examples",
     "encode_prompt",
-    "eval_batches",
     "get_or_train_tokenizer",
     "get_task",
     "group_by_source",

@@ -14,12 +14,13 @@ Length limits:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
 
+from ..core.loss import IGNORE_INDEX
 from .datasets import TaskSpec
 from .errors import DataConfigError, TargetTooLongError
 from .examples import Example
@@ -32,13 +33,10 @@ __all__ = [
     "encode_example",
     "encode_examples",
     "TrainCollator",
-    "EvalBatch",
-    "eval_batches",
 ]
 
 logger = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100
 LongTargetPolicy = Literal["truncate", "drop", "error"]
 LONG_TARGET_POLICIES: tuple[str, ...] = ("truncate", "drop", "error")
 
@@ -286,83 +284,3 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[row, width - len(ids) :] = 1
     return input_ids, attention_mask
-
-
-@dataclass
-class EvalBatch:
-    """Left-padded prompts for generation, with their examples and input positions."""
-
-    input_ids: torch.Tensor  # (B, T) long, left-padded
-    attention_mask: torch.Tensor  # (B, T) long
-    prompt_lengths: torch.Tensor  # (B,) long, unpadded prompt lengths
-    examples: list[Example]
-    indices: list[int] = field(default_factory=list)  # positions in the input sequence
-    source_truncated: list[bool] = field(default_factory=list)
-
-    @classmethod
-    def from_examples(
-        cls,
-        tokenizer: Any,
-        examples: Sequence[Example],
-        task: TaskSpec,
-        max_source_tokens: int | None = None,
-        *,
-        pad_id: int | None = None,
-        add_bos: bool = True,
-        indices: Sequence[int] | None = None,
-    ) -> EvalBatch:
-        if not examples:
-            raise ValueError("EvalBatch needs at least one example")
-        limit = task.max_source_tokens if max_source_tokens is None else max_source_tokens
-        encoded = [
-            encode_prompt(tokenizer, ex.source, task, limit, add_bos=add_bos) for ex in examples
-        ]
-        input_ids, attention_mask = left_pad([ids for ids, _ in encoded], _pad_id(tokenizer, pad_id))
-        return cls(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            prompt_lengths=torch.tensor([len(ids) for ids, _ in encoded], dtype=torch.long),
-            examples=list(examples),
-            indices=list(indices) if indices is not None else list(range(len(examples))),
-            source_truncated=[cut for _, cut in encoded],
-        )
-
-    def to(self, device: torch.device | str) -> EvalBatch:
-        self.input_ids = self.input_ids.to(device)
-        self.attention_mask = self.attention_mask.to(device)
-        self.prompt_lengths = self.prompt_lengths.to(device)
-        return self
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-
-def eval_batches(
-    tokenizer: Any,
-    examples: Sequence[Example],
-    task: TaskSpec,
-    batch_size: int,
-    max_source_tokens: int | None = None,
-    *,
-    sort_by_length: bool = False,
-    pad_id: int | None = None,
-    add_bos: bool = True,
-) -> Iterator[EvalBatch]:
-    """``EvalBatch``es over ``examples``; ``sort_by_length`` groups similar source lengths
-    (less padding) and ``EvalBatch.indices`` maps results back to input order."""
-    if batch_size < 1:
-        raise DataConfigError(f"batch_size={batch_size} must be >= 1")
-    order = list(range(len(examples)))
-    if sort_by_length:
-        order.sort(key=lambda i: len(examples[i].source), reverse=True)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        yield EvalBatch.from_examples(
-            tokenizer,
-            [examples[i] for i in chunk],
-            task,
-            max_source_tokens,
-            pad_id=pad_id,
-            add_bos=add_bos,
-            indices=chunk,
-        )

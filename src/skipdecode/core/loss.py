@@ -1,0 +1,28 @@
+"""Next-token cross-entropy on target tokens only, summed (callers divide by the token count)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["IGNORE_INDEX", "token_loss_sums"]
+
+#: Label of positions that carry no loss (prompt and padding), as in transformers.
+IGNORE_INDEX = -100
+
+
+def token_loss_sums(
+    logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed cross-entropy, number of scored tokens) for logits ``(B, T, V)`` and labels
+    ``(B, T)``: position ``t`` predicts token ``t + 1``, so the last prompt position predicts
+    target token 0."""
+    logits = logits[:, :-1].float()
+    targets = labels[:, 1:]
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+    return loss, (targets != IGNORE_INDEX).sum()

@@ -1,0 +1,111 @@
+"""What one ``generate`` call reports: the layers each decode pass ran, for how many live rows,
+and how long it took; the derived per-token and per-batch speedups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["GenerationStats", "GenerationOutput"]
+
+
+@dataclass
+class GenerationStats:
+    """Per-call accounting: which layers ran, for how many live rows, and how long it took."""
+
+    num_layers: int
+    prompt_length: int  # padded prompt width P
+    budgets: list[int]  # layers the batch ran at each decode pass g = 0, 1, ... (input token g)
+    live_rows: list[int]  # rows not yet finished at each decode pass
+    generated_lengths: list[int]  # tokens per row, EOS included
+    prefill_seconds: float
+    decode_seconds: float
+    batch_size: int
+    # layers each row's token used at each pass, when the tokens of one pass differ (CALM)
+    token_layers: list[list[int]] | None = None
+    live_mask: list[list[bool]] | None = None
+
+    @property
+    def decode_steps(self) -> int:
+        return len(self.budgets)
+
+    @property
+    def layers_per_token(self) -> float:
+        """Mean layers run per generated token over the decode passes (live rows only).
+
+        Token 0 comes from the prefill (prompt positions run every layer); each later token is
+        produced by a decode pass. When rows leave at different depths (CALM) this is each
+        token's own depth.
+        """
+        if self.token_layers is not None and self.live_mask is not None:
+            pairs = [
+                (d, ok)
+                for ds, oks in zip(self.token_layers, self.live_mask, strict=True)
+                for d, ok in zip(ds, oks, strict=True)
+            ]
+            live = [d for d, ok in pairs if ok]
+            return sum(live) / len(live) if live else float(self.num_layers)
+        work = sum(b * n for b, n in zip(self.budgets, self.live_rows, strict=True))
+        rows = sum(self.live_rows)
+        return work / rows if rows else float(self.num_layers)
+
+    @property
+    def batch_layers_per_step(self) -> float:
+        """Mean layers the batch actually ran per decode pass (the cost the clock sees)."""
+        return sum(self.budgets) / len(self.budgets) if self.budgets else float(self.num_layers)
+
+    @property
+    def theoretical_speedup(self) -> float:
+        return self.num_layers / self.layers_per_token
+
+    @property
+    def batch_speedup(self) -> float:
+        """``L / layers the batch ran per pass``: below the per-token figure when a batch must
+        wait for its slowest token (CALM)."""
+        return self.num_layers / self.batch_layers_per_step
+
+    @property
+    def tokens_generated(self) -> int:
+        return sum(self.generated_lengths)
+
+    @property
+    def decode_ms_per_step(self) -> float:
+        return 1000.0 * self.decode_seconds / max(1, self.decode_steps)
+
+    @property
+    def tokens_per_second(self) -> float:
+        total = self.prefill_seconds + self.decode_seconds
+        return self.tokens_generated / total if total > 0 else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "num_layers": self.num_layers,
+            "batch_size": self.batch_size,
+            "prompt_length": self.prompt_length,
+            "decode_steps": self.decode_steps,
+            "budgets": list(self.budgets),
+            "live_rows": list(self.live_rows),
+            "generated_lengths": list(self.generated_lengths),
+            "layers_per_token": self.layers_per_token,
+            "theoretical_speedup": self.theoretical_speedup,
+            "batch_layers_per_step": self.batch_layers_per_step,
+            "batch_speedup": self.batch_speedup,
+            "prefill_seconds": self.prefill_seconds,
+            "decode_seconds": self.decode_seconds,
+            "decode_ms_per_step": self.decode_ms_per_step,
+            "tokens_per_second": self.tokens_per_second,
+        }
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.Tensor  # (B, P + N): left-padded prompt, then generated ids (pad after EOS)
+    generated_ids: torch.Tensor  # (B, N)
+    prompt_mask: torch.Tensor  # (B, P)
+    stats: GenerationStats
+    texts: list[str] | None = None
+    step_logits: torch.Tensor | None = None  # (B, N, V): logits that chose each generated token
+    active_layers: list[tuple[int, ...]] = field(default_factory=list)  # per decode pass
+    schedule: dict[str, Any] = field(default_factory=dict)  # the schedule and its parameters

@@ -1,0 +1,273 @@
+"""The evaluation stage: generate for a whole split under a schedule, score quality, time it.
+
+``python -m skipdecode.evaluate checkpoint=PATH [schedule=target_2x] [data.split=test] ...`` or
+``evaluate(cfg)`` with a composed ``conf/evaluate.yaml``. One run writes, into ``output_dir``:
+
+* ``record.json``: quality, speed (:mod:`.generation`), the resolved schedule, data and config,
+  provenance (:mod:`.record`);
+* ``generations.jsonl``: one line per input (input, references, output).
+
+This module only orchestrates: inputs (:mod:`.inputs`) -> generation and timing
+(:mod:`.generation`) -> metrics (:mod:`.metrics`) -> the record (:mod:`.record`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+
+from ..config import ConfigError, config_dir, resolve_config
+from ..core.engine import SkipDecoder
+from ..data.datasets import get_task, median_target_length
+from ..io import write_json_atomic, write_jsonl_atomic
+from ..schedules import FullSchedule, Schedule
+from .generation import generate_all, speed_record
+from .inputs import (
+    EvaluationError,
+    LoadedModel,
+    calibrate,
+    dataset_settings,
+    encode_prompts,
+    load_examples,
+    load_model,
+    resolve_schedule,
+)
+from .metrics import compute_all
+from .record import (
+    GENERATIONS_FILE,
+    RECORD_FILE,
+    RECORD_KIND,
+    RECORD_VERSION,
+    check_bertscore,
+    eval_provenance,
+    log_wandb,
+    metric_settings,
+    summarize,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EvaluationError", "evaluate", "load_model", "main", "RECORD_FILE", "GENERATIONS_FILE"]
+
+
+def evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """Run one evaluation; returns the record (also written to ``output_dir/record.json``).
+
+    ``threads`` (if set) applies to this evaluation only; the previous count is restored.
+    """
+    threads = torch.get_num_threads()
+    try:
+        return _evaluate(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@dataclass
+class _Setup:
+    """Everything resolved before the first token is generated."""
+
+    lm: LoadedModel
+    decoder: SkipDecoder
+    task: Any
+    data_settings: dict[str, Any]
+    split: str
+    examples: list[Any]
+    schedule: Schedule
+    schedule_origin: str
+    expected_length: int
+    calibration: dict[str, Any] | None
+    generation: dict[str, Any]
+    metric_settings: dict[str, Any]
+
+
+def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
+    ev = c["eval"]
+    lm = load_model(c.get("checkpoint"), out_dir, ev.get("device"), ev.get("dtype"))
+    data_cfg = c.get("data") or {}
+    settings = dataset_settings(data_cfg, lm.meta)
+    task = get_task(settings["name"])
+    split = data_cfg.get("split") or "test"
+    metrics = metric_settings(ev.get("metrics") or {}, task.kind)
+    check_bertscore(metrics)  # before the (long) generation
+    examples = load_examples(settings, split, data_cfg.get("limit"))
+
+    tokenizer = lm.tokenizer
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    decoder = SkipDecoder(lm.model, tokenizer, cache=ev.get("cache", "static"))
+    expected = lm.meta.get("expected_length") or median_target_length(
+        examples, tokenizer, task=task
+    )
+    schedule, origin = resolve_schedule(
+        c.get("schedule"), lm.meta, decoder.num_layers, int(expected)
+    )
+
+    gen = dict(ev["generation"])
+    if gen.get("max_new_tokens") is None:
+        gen["max_new_tokens"] = int(task.max_target_tokens)
+    if gen.get("stop") not in ("eos", "none"):
+        raise EvaluationError(f"eval.generation.stop={gen.get('stop')!r}; allowed: 'eos', 'none'")
+    if int(gen["batch_size"]) < 1:
+        raise EvaluationError(
+            f"eval.generation.batch_size={gen['batch_size']}; allowed: an integer >= 1"
+        )
+    calibration = None
+    if schedule.needs_calibration:
+        schedule, calibration = calibrate(
+            decoder, schedule, settings, task, gen["max_new_tokens"], ev.get("calibration") or {}
+        )
+    return _Setup(
+        lm,
+        decoder,
+        task,
+        settings,
+        split,
+        examples,
+        schedule,
+        origin,
+        int(expected),
+        calibration,
+        gen,
+        metrics,
+    )
+
+
+def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        c = resolve_config(cfg)
+    except ConfigError as e:
+        raise EvaluationError(str(e)) from e
+    ev = c["eval"]
+    out_dir = Path(c["output_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seed = int(c.get("seed", 0))
+    if c.get("threads"):
+        torch.set_num_threads(int(c["threads"]))
+    pl.seed_everything(seed, verbose=False)
+    s = _setup(c, out_dir)
+    gen = s.generation
+
+    max_source = int(s.data_settings.pop("max_source_tokens", None) or s.task.max_source_tokens)
+    prompt_ids, truncated = encode_prompts(
+        s.decoder.tokenizer, s.task, [ex.source for ex in s.examples], max_source
+    )
+    order = list(range(len(s.examples)))
+    if gen.get("sort_by_length", True):  # less padding; outputs are put back in input order
+        order.sort(key=lambda i: len(prompt_ids[i]))
+    bs = int(gen["batch_size"])
+    batches = [order[i : i + bs] for i in range(0, len(order), bs)]
+
+    speed_cfg = ev.get("speed") or {}
+    baseline = speed_cfg.get("baseline")
+    if baseline not in (None, "full"):
+        raise EvaluationError(f"eval.speed.baseline={baseline!r}; allowed: 'full' or null (off)")
+    base_schedule = None
+    if baseline == "full":
+        if s.schedule.describe().get("name") == "full":
+            baseline = "self"
+        else:
+            base_schedule = FullSchedule(s.decoder.num_layers)
+
+    t0 = time.perf_counter()
+    outputs, main_totals, base_totals = generate_all(
+        s.decoder,
+        batches,
+        prompt_ids,
+        s.schedule,
+        base_schedule,
+        gen,
+        seed,
+        int(speed_cfg.get("warmup_batches", 1)),
+    )
+    gen_wall = time.perf_counter() - t0
+    references = [list(ex.references) for ex in s.examples]
+
+    t1 = time.perf_counter()
+    quality = compute_all(outputs, references, s.metric_settings, prefix="eval.metrics")
+    metric_wall = time.perf_counter() - t1
+    speed = speed_record(main_totals, base_totals, baseline)
+
+    model = s.lm.model
+    record: dict[str, Any] = {
+        "kind": RECORD_KIND,
+        "version": RECORD_VERSION,
+        "status": "ok",
+        "summary": summarize(quality, speed),
+        "quality": quality,
+        "speed": speed,
+        "model": {
+            "path": str(s.lm.path),
+            "source": s.lm.source,
+            "num_layers": s.decoder.num_layers,
+            "family": type(model).__name__,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": str(next(model.parameters()).dtype),
+        },
+        "schedule": {
+            **s.schedule.describe(),
+            "calibration": s.calibration,
+            "origin": s.schedule_origin,
+            "expected_length": s.expected_length,
+        },
+        "data": {
+            **s.data_settings,
+            "split": s.split,
+            "num_inputs": len(s.examples),
+            "num_references": sum(len(r) for r in references),
+            "max_source_tokens": max_source,
+            "truncated_sources": truncated,
+            "limit": (c.get("data") or {}).get("limit"),
+        },
+        "generation": {
+            **gen,
+            "cache": ev.get("cache", "static"),
+            "baseline": baseline,
+            "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
+        },
+        "timing_s": {"generation_wall": gen_wall, "metrics_wall": metric_wall},
+        "train_meta": s.lm.meta,
+        "config": c,
+        "provenance": eval_provenance(seed, str(next(model.parameters()).device)),
+        "files": {"generations": GENERATIONS_FILE},
+    }
+    rows = [
+        {
+            "index": i,
+            "input": ex.source,
+            "prompt": s.task.prompt(ex.source),
+            "references": list(ex.references),
+            "output": outputs[i],
+        }
+        for i, ex in enumerate(s.examples)
+    ]
+    write_jsonl_atomic(out_dir / GENERATIONS_FILE, rows)
+    write_json_atomic(out_dir / RECORD_FILE, record)
+    log.info("record: %s", out_dir / RECORD_FILE)
+    log.info("summary: %s", json.dumps(record["summary"]))
+    log_wandb(c.get("wandb") or {}, record, rows, out_dir)
+    return record
+
+
+def main() -> None:
+    """Console entry point ``skipdecode-evaluate`` (Hydra, ``conf/evaluate.yaml``)."""
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="evaluate")
+    def _run(cfg: DictConfig) -> None:
+        record = evaluate(cfg)
+        print(json.dumps(record["summary"], indent=2))
+
+    _run()
+
+
+if __name__ == "__main__":
+    main()

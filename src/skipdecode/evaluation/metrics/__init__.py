@@ -1,0 +1,138 @@
+"""Quality metrics (BLEU, ROUGE, BERTScore) with the exact settings recorded.
+
+Every metric takes ``hypotheses: list[str]`` and ``references: list[list[str]]`` (each hypothesis
+has its own, possibly variable-length, list of references; a bare string is accepted as a
+single reference) and returns a plain ``dict`` that holds the scores *and* the settings needed to
+reproduce them, ready to be written into a run record. ``compute_all`` runs the switched-on
+metrics from the ``eval.metrics`` config.
+
+``text`` (BLEU, ROUGE), ``bertscore`` (BERTScore) and ``bertscore_compat`` (offline model checks
+and the transformers-5 fixes for bert-score) hold the details.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .bertscore import bertscore, clear_bertscore_cache
+from .bertscore_compat import minilm_hint, resolve_bertscore_model
+from .references import MetricSettingError, normalize_references
+from .text import ROUGE_DEFAULT_TYPES, bleu, rouge
+
+__all__ = [
+    "MetricSettingError",
+    "ROUGE_DEFAULT_TYPES",
+    "bleu",
+    "rouge",
+    "bertscore",
+    "compute_all",
+    "clear_bertscore_cache",
+    "normalize_references",
+    "resolve_bertscore_model",
+]
+
+
+_SECTION_KEYS: dict[str, set[str]] = {
+    "bleu": {
+        "enabled",
+        "tokenize",
+        "lowercase",
+        "smooth_method",
+        "smooth_value",
+        "effective_order",
+    },
+    "rouge": {"enabled", "types", "use_stemmer", "summary"},
+    "bertscore": {
+        "enabled",
+        "model_type",
+        "num_layers",
+        "batch_size",
+        "device",
+        "rescale_with_baseline",
+        "lang",
+        "idf",
+        "baseline_path",
+        "per_example",
+    },
+}
+_DEFAULT_ON = {"bleu": True, "rouge": True, "bertscore": False}
+
+
+def _to_plain(obj: Any) -> Any:
+    if type(obj).__name__ in ("DictConfig", "ListConfig"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(obj, resolve=True)
+    return obj
+
+
+def _section(settings: Mapping[str, Any], name: str, prefix: str) -> dict[str, Any] | None:
+    """Return the kwargs of an enabled metric section, or None if it is switched off."""
+    raw = _to_plain(settings.get(name)) if name in settings else None
+    if raw is None:
+        return {} if _DEFAULT_ON[name] else None
+    if isinstance(raw, bool):
+        if raw and name == "bertscore":
+            raise MetricSettingError(
+                f"{prefix}.{name}=true needs a mapping with at least model_type and num_layers"
+            )
+        return {} if raw else None
+    if not isinstance(raw, Mapping):
+        raise MetricSettingError(
+            f"{prefix}.{name}={raw!r} is invalid; allowed: true/false or a mapping of its settings"
+        )
+    unknown = set(raw) - _SECTION_KEYS[name]
+    if unknown:
+        raise MetricSettingError(
+            f"{prefix}.{name} has unknown keys {sorted(unknown)}; allowed: "
+            f"{sorted(_SECTION_KEYS[name])}"
+        )
+    kwargs = dict(raw)
+    if not kwargs.pop("enabled", True):
+        return None
+    return kwargs
+
+
+def compute_all(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    settings: Mapping[str, Any] | None = None,
+    *,
+    prefix: str = "eval",
+) -> dict[str, Any]:
+    """Compute the switched-on metrics from a cfg-like mapping.
+
+    ``settings`` holds optional sections ``bleu``, ``rouge``, ``bertscore``; each is ``true``/
+    ``false`` or a mapping of that function's keyword arguments plus ``enabled``. Absent sections:
+    BLEU and ROUGE on with defaults, BERTScore off. Other top-level keys are ignored (so the whole
+    ``eval`` config node can be passed). ``prefix`` names that node in error messages.
+    """
+    settings = _to_plain(settings) if settings is not None else {}
+    if not isinstance(settings, Mapping):
+        raise MetricSettingError(f"{prefix}={settings!r} is invalid; allowed: a mapping")
+    hyps, refs = normalize_references(hypotheses, references, where="compute_all")
+    out: dict[str, Any] = {"n": len(hyps), "timing_s": {}}
+    fns = {"bleu": bleu, "rouge": rouge}
+    for name in ("bleu", "rouge", "bertscore"):
+        kwargs = _section(settings, name, prefix)
+        if kwargs is None:
+            continue
+        t0 = time.perf_counter()
+        if name == "bertscore":
+            if "model_type" not in kwargs:
+                raise MetricSettingError(
+                    f"{prefix}.bertscore.model_type is missing; set it to a local model directory, "
+                    f"e.g. {minilm_hint(prefix + '.bertscore')}"
+                )
+            out[name] = bertscore(hyps, refs, setting_prefix=f"{prefix}.bertscore", **kwargs)
+        else:
+            try:
+                out[name] = fns[name](hyps, refs, **kwargs)
+            except MetricSettingError as e:
+                raise MetricSettingError(
+                    f"{prefix}.{e}" if str(e).startswith(name) else str(e)
+                ) from e
+        out["timing_s"][name] = time.perf_counter() - t0
+    return out

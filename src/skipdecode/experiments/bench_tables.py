@@ -1,0 +1,55 @@
+"""Markdown tables of benchmark results (decode: per variant and the cost split; training)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["decode_table", "train_table"]
+
+
+def decode_table(cells: list[dict[str, Any]]) -> str:
+    head = (
+        "| shape | batch | variant | prefill ms | decode ms/step | tok/s | theor. | measured | "
+        "ideal | efficiency |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for c in cells:
+        for name, r in c["variants"].items():
+
+            def f(key, fmt="{:.2f}", r=r):
+                return fmt.format(r[key]) if key in r else ""
+
+            lines.append(
+                f"| {c['shape']} | {c['batch_size']} | {name} | {f('prefill_ms', '{:.1f}')} | "
+                f"{f('decode_ms_per_step')} | {f('tokens_per_s', '{:.1f}')} | "
+                f"{f('theoretical_speedup')} | {f('measured_speedup')} | {f('ideal_speedup')} | "
+                f"{f('efficiency')} |"
+            )
+    split = [
+        "",
+        "| shape | batch | full step ms | outside layers ms | LM head ms | outside layers % | "
+        "overhead (excl. head) % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        s = c["cost_split"]
+        split.append(
+            f"| {c['shape']} | {c['batch_size']} | {s['full_step_ms']:.2f} | "
+            f"{s['non_layer_ms']:.2f} | {s['head_ms']:.2f} | "
+            f"{100 * s['non_layer_fraction']:.1f} | {100 * s['overhead_fraction']:.1f} |"
+        )
+    return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"
+
+
+def train_table(cells: list[dict[str, Any]]) -> str:
+    out = [
+        "| shape | batch | variant | step ms | tokens/s | speedup vs full |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        for name, r in c["variants"].items():
+            out.append(
+                f"| {c['shape']} | {c['batch_size']} | {name} | {r['step_ms']:.1f} | "
+                f"{r['tokens_per_s']:.0f} | {r['speedup_vs_full']:.2f} |"
+            )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,103 @@
+"""Quality against speedup: one PNG per dataset, one line per model/method.
+
+Each figure has a row per speedup kind (theoretical, measured decode) and a column per metric
+(BLEU, ROUGE-L, BERT-F). Only finished cells (status ``ok``) are drawn; the table lists the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .table import num as _f
+
+__all__ = ["METRICS", "SPEEDUPS", "plot_sweep", "plot_dataset"]
+
+METRICS: tuple[tuple[str, str], ...] = (
+    ("bleu", "BLEU"),
+    ("rougeL", "ROUGE-L"),
+    ("bertscore_f1", "BERTScore F1"),
+)
+SPEEDUPS: tuple[tuple[str, str], ...] = (
+    ("theoretical_speedup", "theoretical speedup (L / layers per token)"),
+    ("measured_speedup_decode", "measured decode speedup vs full"),
+)
+
+
+def _line_label(row: Mapping[str, Any]) -> str:
+    method = row.get("method") or "skipdecode"
+    return f"{row.get('model')} ({method})"
+
+
+def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> Path:
+    """Draw one dataset's cells into ``out`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in METRICS if any(_f(r.get(m[0])) is not None for r in rows)] or [METRICS[0]]
+    fig, axes = plt.subplots(
+        len(SPEEDUPS),
+        len(metrics),
+        figsize=(4.2 * len(metrics), 3.4 * len(SPEEDUPS)),
+        squeeze=False,
+    )
+    # One line per model/method; each starts from that model's full-schedule baseline (1x),
+    # which is also drawn on its own as a star.
+    baselines = [r for r in rows if r.get("method") == "full"]
+    lines: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("method") != "full":
+            lines.setdefault(_line_label(row), []).append(row)
+    for pts in lines.values():
+        model = pts[0].get("model")
+        pts.extend(b for b in baselines if b.get("model") == model)
+    for i, (sx, sx_label) in enumerate(SPEEDUPS):
+        for j, (metric, m_label) in enumerate(metrics):
+            ax = axes[i][j]
+            for label, pts in sorted(lines.items()):
+                xy = sorted(
+                    (_f(p.get(sx)), _f(p.get(metric)))
+                    for p in pts
+                    if _f(p.get(sx)) is not None and _f(p.get(metric)) is not None
+                )
+                if xy:
+                    ax.plot([a for a, _ in xy], [b for _, b in xy], marker="o", label=label)
+            for base in baselines:
+                x, y = _f(base.get(sx)), _f(base.get(metric))
+                if x is not None and y is not None:
+                    ax.plot(
+                        [x],
+                        [y],
+                        marker="*",
+                        markersize=12,
+                        color="black",
+                        linestyle="none",
+                        label=_line_label(base) if (i, j) == (0, 0) else None,
+                    )
+            ax.set_xlabel(sx_label, fontsize=8)
+            ax.set_ylabel(m_label)
+            ax.grid(alpha=0.3)
+            if i == 0 and j == 0 and lines:
+                ax.legend(fontsize=7)
+    fig.suptitle(f"{dataset}: quality vs speedup")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def plot_sweep(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
+    """One ``quality_vs_speedup_<dataset>.png`` per dataset with at least one finished cell."""
+    out_dir = Path(out_dir)
+    done = [r for r in rows if r.get("status") == "ok"]
+    paths = []
+    for dataset in sorted({str(r.get("dataset")) for r in done}):
+        subset = [r for r in done if str(r.get("dataset")) == dataset]
+        paths.append(plot_dataset(subset, dataset, out_dir / f"quality_vs_speedup_{dataset}.png"))
+    return paths

@@ -1,0 +1,118 @@
+"""Real model shapes with random weights, built from a config (no hub): what the benchmark times.
+
+``build_random_model("opt-1.3b")`` gives an OPT-1.3B-shaped model with random weights; the decode
+and training costs per layer are those of the real model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["Shape", "SHAPES", "build_random_model"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    family: str  # "opt" | "llama"
+    config: dict[str, Any]
+
+
+SHAPES: dict[str, Shape] = {
+    # the demo model (conf/model/tiny.yaml) with its synthetic-task tokenizer's 842 tokens
+    "tiny": Shape(
+        "opt",
+        dict(
+            hidden_size=192,
+            ffn_dim=768,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            word_embed_proj_dim=192,
+            vocab_size=842,
+            max_position_embeddings=512,
+        ),
+    ),
+    "opt-125m": Shape(
+        "opt",
+        dict(
+            hidden_size=768,
+            ffn_dim=3072,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            word_embed_proj_dim=768,
+        ),
+    ),
+    "opt-350m": Shape(
+        "opt",
+        dict(
+            hidden_size=1024,
+            ffn_dim=4096,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            word_embed_proj_dim=512,
+            do_layer_norm_before=False,
+        ),
+    ),
+    "opt-1.3b": Shape(
+        "opt",
+        dict(
+            hidden_size=2048,
+            ffn_dim=8192,
+            num_hidden_layers=24,
+            num_attention_heads=32,
+            word_embed_proj_dim=2048,
+        ),
+    ),
+    "opt-6.7b": Shape(
+        "opt",
+        dict(
+            hidden_size=4096,
+            ffn_dim=16384,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            word_embed_proj_dim=4096,
+        ),
+    ),
+    "smollm2-135m": Shape(
+        "llama",
+        dict(
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            vocab_size=49152,
+            max_position_embeddings=8192,
+            rope_theta=100000.0,
+            tie_word_embeddings=True,
+            rms_norm_eps=1e-5,
+        ),
+    ),
+}
+
+
+def build_random_model(
+    shape: str, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> nn.Module:
+    """A randomly initialised model of a named real shape (sdpa attention, eval mode)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, OPTConfig, OPTForCausalLM
+
+    if shape not in SHAPES:
+        raise ValueError(f"shape={shape!r} is not known; choose one of {sorted(SHAPES)}")
+    spec = SHAPES[shape]
+    if spec.family == "opt":
+        cfg = OPTConfig(
+            **{"vocab_size": 50272, "max_position_embeddings": 2048, "dropout": 0.0, **spec.config}
+        )
+        cls = OPTForCausalLM
+    else:
+        cfg = LlamaConfig(**spec.config)
+        cls = LlamaForCausalLM
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = cls(cfg)
+    return model.to(dtype).eval()

@@ -1,0 +1,377 @@
+"""Train-and-evaluate sweeps: one Hydra multirun job per (model, dataset, schedule) cell.
+
+``python -m skipdecode.sweep -m model=tiny dataset=synthetic schedule=full,target_2x,target_4x``
+(or ``-m experiment=sweep_demo``). Each job:
+
+1. computes the cell id, a hash of the training-relevant config (model, dataset, schedule,
+   trainer, optimisation, data, seed), and reuses ``<sweep.cells_dir>/<cell>/`` when a previous
+   run (of this or any sweep) finished training it; otherwise trains there with ``train(cfg)``;
+2. evaluates the exported model (``evaluate(cfg)``; reused when an identical evaluation exists);
+3. writes ``cell.json`` into its job folder (``running`` -> ``ok`` / ``failed`` with the error)
+   and rewrites the sweep's table. A failing cell never stops the others.
+
+When the multirun ends, :class:`AggregateCallback` writes ``results.csv``, ``results.md`` and a
+PNG per dataset into the sweep directory, prints the table and logs it to W&B (if enabled).
+``python -m skipdecode.aggregate <sweep dir>`` does the same for an interrupted sweep; rerunning
+the same command with the same ``sweep.name`` resumes it (finished cells are reused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import close_wandb, config_dir, resolve_config
+from ..evaluation.evaluate import evaluate
+from ..evaluation.record import RECORD_FILE
+from ..io import read_json_or_none, write_json_atomic
+from ..schedules import method_label
+from ..training.export import export_checkpoint
+from ..training.train import train
+from .aggregate import aggregate, log_wandb
+from .table import CELL_FILE, PLAN_FILE
+
+log = logging.getLogger(__name__)
+
+__all__ = ["cell_identity", "run_cell", "AggregateCallback", "main"]
+
+TRAIN_DONE = "train_done.json"
+#: Config keys that define what is trained (everything else, e.g. paths, loggers, eval, does not).
+IDENTITY_KEYS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "schedule",
+    "trainer",
+    "optimizer",
+    "scheduler",
+    "data",
+    "module",
+    "seed",
+    "ckpt_path",
+)
+
+
+def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(id, identity config)``: a 12-hex-digit hash of the training-relevant config."""
+    ident = {k: cfg.get(k) for k in IDENTITY_KEYS if k in cfg}
+    blob = json.dumps(ident, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12], ident
+
+
+def _eval_identity(ev: Mapping[str, Any]) -> str:
+    blob = json.dumps({"eval": ev}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def _choices() -> dict[str, str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return dict(HydraConfig.get().runtime.choices)
+    except Exception:  # not inside a Hydra run
+        return {}
+
+
+def _labels(c: Mapping[str, Any]) -> dict[str, Any]:
+    sched = c.get("schedule") or {}
+    choices = _choices()
+    target = sched.get("target_speedup")
+    if target is None and sched.get("name") == "full":
+        target = 1
+    return {
+        "model": (c.get("model") or {}).get("name") or choices.get("model"),
+        "dataset": (c.get("dataset") or {}).get("name") or choices.get("dataset"),
+        "schedule": choices.get("schedule") or sched.get("name"),
+        "target_speedup": float(target) if target is not None else None,
+        "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched.get("name")),
+    }
+
+
+def _method_label(configured: str | None, schedule_name: str | None) -> str:
+    """The plot's line label: ``sweep.method``, or with ``auto`` the schedule's method."""
+    if configured and configured != "auto":
+        return str(configured)
+    return method_label(schedule_name)
+
+
+def _train_cfg(cfg: DictConfig, train_dir: Path) -> DictConfig:
+    """The cell's training config: the sweep config with its output dir pinned to the cell."""
+    tcfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    tcfg.paths.output_dir = str(train_dir)
+    logger = tcfg.get("logger") or {}
+    if "wandb" in logger and logger.wandb is not None:  # training run joins the sweep's group
+        logger.wandb.group = _group_name(cfg) or ""
+    if tcfg.get("ckpt_path") is None and (train_dir / "checkpoints" / "last.ckpt").is_file():
+        log.info("resuming the interrupted training of %s from last.ckpt", train_dir)
+        tcfg.ckpt_path = "last"
+    return tcfg
+
+
+def _find_export(train_dir: Path) -> Path | None:
+    export = train_dir / "export"
+    return export if (export / "config.json").is_file() else None
+
+
+def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str, Any], bool]:
+    """Train the cell (or reuse it); returns (export dir, training summary, reused?)."""
+    done = read_json_or_none(cell_dir / TRAIN_DONE)
+    train_dir = cell_dir / "train"
+    if reuse and done and done.get("status") == "ok" and _find_export(train_dir):
+        log.info("cell %s: reusing the trained model in %s", cell_dir.name, train_dir)
+        return train_dir / "export", done, True
+    t0 = time.perf_counter()
+    metrics, objects = train(_train_cfg(cfg, train_dir))
+    best_ckpt = (objects or {}).get("best_ckpt") if isinstance(objects, Mapping) else objects
+    export = _find_export(train_dir)
+    if export is None:
+        if not best_ckpt:
+            raise RuntimeError(f"training wrote no export in {train_dir} and no best checkpoint")
+        export = Path(export_checkpoint(best_ckpt, train_dir / "export", metrics=metrics))
+    summary = {
+        "status": "ok",
+        "seconds": time.perf_counter() - t0,
+        "best_ckpt": str(best_ckpt or ""),
+        "metrics": {k: _plain(v) for k, v in (metrics or {}).items()},
+        "export": str(export),
+    }
+    write_json_atomic(cell_dir / TRAIN_DONE, summary)
+    return export, summary, False
+
+
+def _plain(v: Any) -> Any:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _evaluate(
+    cfg: DictConfig,
+    c: Mapping[str, Any],
+    export: Path,
+    cell_dir: Path,
+    group: str | None,
+    labels: Mapping[str, Any],
+    reuse: bool,
+) -> tuple[Path, bool]:
+    """Evaluate the exported model (or reuse an identical evaluation); returns the record path."""
+    ev = dict(c["eval"])
+    eval_dir = cell_dir / f"eval-{_eval_identity(ev)}"
+    record = eval_dir / RECORD_FILE
+    if reuse and read_json_or_none(record):
+        log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
+        return record, True
+    dataset = dict(c.get("dataset") or {})
+    wandb_cfg = dict(c.get("wandb") or {})
+    wandb_cfg.update(
+        group=group,
+        name=f"{labels['model']}-{labels['dataset']}-{labels['schedule']}",
+        dir=str(eval_dir),
+    )
+    ecfg_node = {
+        "checkpoint": str(export),
+        "data": {
+            "name": dataset.get("name"),
+            "split": ev.get("split") or "test",
+            "data_dir": dataset.get("data_dir"),
+            "hub_name": dataset.get("hub_name"),
+            "seed": dataset.get("seed"),
+            "limit": ev.get("limit"),
+            "max_source_tokens": dataset.get("max_source_tokens"),
+            "options": dict(dataset.get("options") or {}),
+        },
+        "schedule": None,  # the schedule the cell was trained with (from skipdecode.json)
+        "eval": ev,
+        "seed": c.get("seed", 0),
+        "threads": ev.get("threads"),
+        "output_dir": str(eval_dir),
+        "wandb": wandb_cfg,
+    }
+    evaluate(OmegaConf.create(ecfg_node))
+    return record, False
+
+
+def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
+    """Train + evaluate one cell; never raises for a cell failure (it is recorded instead)."""
+    job_dir = Path(job_dir or _job_dir(cfg))
+    job_dir.mkdir(parents=True, exist_ok=True)
+    cell: dict[str, Any] = {
+        "status": "running",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "job_dir": str(job_dir),
+        "overrides": _task_overrides(),
+    }
+    t0 = time.perf_counter()
+    try:
+        c = _resolved_without_paths_output(cfg)
+        cell_id, ident = cell_identity(c)
+        labels = _labels(c)
+        sw = c.get("sweep") or {}
+        cells_dir = Path(sw["cells_dir"])
+        cell_dir = (
+            cells_dir / f"{labels['model']}__{labels['dataset']}__{labels['schedule']}__{cell_id}"
+        )
+        cell.update(labels, cell_id=cell_id, cell_dir=str(cell_dir))
+        write_json_atomic(job_dir / CELL_FILE, cell)
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(cell_dir / "identity.json", ident)
+        reuse = bool(sw.get("reuse", True))
+        export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
+        record, eval_reused = _evaluate(cfg, c, export, cell_dir, _group_name(cfg), labels, reuse)
+        cell.update(
+            status="ok",
+            record=str(record),
+            export=str(export),
+            train_reused=train_reused,
+            eval_reused=eval_reused,
+            train_seconds=train_summary.get("seconds"),
+        )
+    except Exception as e:  # a failed cell is recorded, never fatal to the multirun
+        log.exception("cell failed")
+        cell.update(
+            status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+        )
+    finally:
+        close_wandb()
+    cell["seconds"] = time.perf_counter() - t0
+    cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    write_json_atomic(job_dir / CELL_FILE, cell)
+    try:  # the table after every finished cell
+        aggregate(job_dir.parent, plots=False)
+    except Exception as e:
+        log.warning("could not update the sweep table: %s", e)
+    return cell
+
+
+def _resolved_without_paths_output(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config; ``paths.output_dir`` (a ${hydra:} key) is dropped, not resolved."""
+    tmp = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    if "paths" in tmp and "output_dir" in tmp.paths:
+        tmp.paths.output_dir = None
+    if "hydra" in tmp:
+        del tmp["hydra"]
+    return resolve_config(tmp)
+
+
+def _job_dir(cfg: DictConfig) -> Path:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except Exception:
+        out = (cfg.get("sweep") or {}).get("job_dir")
+        if not out:
+            raise ValueError(
+                "run_cell outside Hydra needs sweep.job_dir (or a job_dir argument)"
+            ) from None
+        return Path(out)
+
+
+def _group_name(cfg: DictConfig) -> str | None:
+    """W&B group: the multirun's directory name (its ``sweep.name``)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().sweep.dir).name
+    except Exception:
+        return (cfg.get("sweep") or {}).get("name")
+
+
+def _task_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:
+        return []
+
+
+# --------------------------------------------------------------------------------------------
+# Hydra callback
+# --------------------------------------------------------------------------------------------
+
+try:
+    from hydra.experimental.callback import Callback as _HydraCallback
+except ImportError:  # pragma: no cover
+    _HydraCallback = object  # type: ignore[misc,assignment]
+
+
+class AggregateCallback(_HydraCallback):  # type: ignore[misc]
+    """Writes the multirun's plan at start and the table, plots and W&B table at the end."""
+
+    def __init__(self, print_table: bool = True) -> None:
+        self.print_table = print_table
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            sweep_dir = Path(config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            jobs = planned_jobs(config)
+            if jobs:
+                write_json_atomic(sweep_dir / PLAN_FILE, {"jobs": jobs})
+        except Exception as e:  # a plan is a convenience; never block the sweep
+            log.warning("could not write the sweep plan: %s", e)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        result = aggregate(sweep_dir)
+        if self.print_table:
+            print(Path(result["markdown"]).read_text(), flush=True)
+            print(f"table: {result['csv']}  {result['markdown']}")
+            for png in result["plots"]:
+                print(f"plot: {png}")
+            print(
+                "cells: " + ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items())),
+                flush=True,
+            )
+        wandb_cfg = config.get("wandb") or {}
+        if wandb_cfg.get("enabled"):
+            try:
+                log_wandb(result, OmegaConf.to_container(wandb_cfg, resolve=True), sweep_dir.name)
+            except Exception as e:
+                log.warning("W&B aggregate logging failed: %s", e)
+
+
+def planned_jobs(config: DictConfig) -> list[dict[str, Any]]:
+    """Every job of the multirun in launch order, like Hydra's basic sweeper expands them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    args = list(config.hydra.overrides.task)
+    params = config.hydra.get("sweeper", {}).get("params") or {}
+    args = [f"{k}={v}" for k, v in params.items()] + args
+    parsed = OverridesParser.create().parse_overrides(args)
+    try:
+        batches = BasicSweeper.split_arguments(parsed, None)
+    except Exception:  # e.g. glob(), which needs the config repository: no plan
+        return []
+    jobs = [list(job) for batch in batches for job in batch]
+    return [{"num": i, "overrides": job} for i, job in enumerate(jobs)]
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="sweep")
+    def _run(cfg: DictConfig) -> None:
+        cell = run_cell(cfg)
+        log.info("cell %s: %s", cell.get("cell_id"), cell["status"])
+
+    _run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""A sweep's table: one row per cell (CSV + Markdown), built from the cells' records on disk.
+
+A sweep directory holds one job folder
+per cell (Hydra's ``<sweep dir>/<job num>``) with a ``cell.json`` written by
+:mod:`skipdecode.sweep` (status ``running`` while it works, then ``ok`` or ``failed``) and, when it
+finished, the evaluation record it points at. ``plan.json`` (written when the multirun starts)
+lists every planned cell, so cells that never started show up as ``pending``. Nothing is
+dropped: failed, interrupted and pending cells are rows of the table with their status.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..io import read_json_or_none, write_text_atomic
+
+__all__ = ["COLUMNS", "CELL_FILE", "PLAN_FILE", "collect", "format_markdown", "write_tables", "num"]
+
+CELL_FILE = "cell.json"
+PLAN_FILE = "plan.json"
+TABLE_CSV = "results.csv"
+TABLE_MD = "results.md"
+
+#: Table columns, in order. Quality on the libraries' scales (BLEU 0-100, ROUGE/BERTScore 0-1).
+COLUMNS: tuple[str, ...] = (
+    "status",
+    "dataset",
+    "model",
+    "schedule",
+    "method",
+    "target_speedup",
+    "theoretical_speedup",
+    "batch_speedup",
+    "measured_speedup_decode",
+    "measured_speedup_e2e",
+    "bleu",
+    "rougeL",
+    "bertscore_f1",
+    "tokens_per_second",
+    "mean_generated_length",
+    "job",
+    "cell_id",
+    "error",
+)
+_MD_HEADERS = {
+    "target_speedup": "target",
+    "theoretical_speedup": "theor. speedup",
+    "batch_speedup": "batch speedup",
+    "measured_speedup_decode": "measured (decode)",
+    "measured_speedup_e2e": "measured (e2e)",
+    "bleu": "BLEU",
+    "rougeL": "ROUGE-L",
+    "bertscore_f1": "BERT-F",
+    "tokens_per_second": "tok/s",
+    "mean_generated_length": "mean len",
+}
+_MD_SKIP = ("cell_id",)
+
+
+def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {k: None for k in COLUMNS}
+    row.update(
+        job=job,
+        **{
+            k: cell.get(k)
+            for k in (
+                "status",
+                "dataset",
+                "model",
+                "schedule",
+                "method",
+                "target_speedup",
+                "cell_id",
+                "error",
+            )
+        },
+    )
+    if row["status"] == "running":
+        row["status"] = "interrupted"  # no process finished it (or it is still running)
+        row["error"] = row["error"] or "cell did not finish (interrupted or still running)"
+    if cell.get("status") == "ok":
+        record = read_json_or_none(Path(cell.get("record", "")))
+        if record is None:
+            row.update(
+                status="failed", error=f"record {cell.get('record')!r} is missing or unreadable"
+            )
+        else:
+            summary = record.get("summary", {})
+            for key in COLUMNS:
+                if key in summary:
+                    row[key] = summary[key]
+    if row["error"]:
+        row["error"] = str(row["error"]).strip().splitlines()[-1][:200]
+    return row
+
+
+def collect(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """One row per cell (job folder with cell.json) and per planned cell that never started."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"sweep directory {str(sweep_dir)!r} does not exist")
+    rows: dict[str, dict[str, Any]] = {}
+    for cell_file in sorted(sweep_dir.glob(f"*/{CELL_FILE}")):
+        cell = read_json_or_none(cell_file)
+        job = cell_file.parent.name
+        if cell is None:
+            rows[job] = {
+                **{k: None for k in COLUMNS},
+                "job": job,
+                "status": "failed",
+                "error": f"{cell_file} is unreadable",
+            }
+            continue
+        rows[job] = _row_from_cell(job, cell)
+    plan = read_json_or_none(sweep_dir / PLAN_FILE) or {}
+    for job in plan.get("jobs", []):
+        key = str(job.get("num"))
+        if key not in rows:
+            rows[key] = {
+                **{k: None for k in COLUMNS},
+                "job": key,
+                "status": "pending",
+                "error": "not started: " + " ".join(job.get("overrides", [])),
+            }
+    return sorted(rows.values(), key=_sort_key)
+
+
+def _sort_key(row: Mapping[str, Any]) -> tuple:
+    job = str(row.get("job"))
+    return (
+        str(row.get("dataset") or "~"),
+        str(row.get("model") or "~"),
+        num(row.get("target_speedup")) or 0.0,
+        int(job) if job.isdigit() else 10**9,
+        job,
+    )
+
+
+def num(x: Any) -> float | None:
+    """``x`` as a float, or None when it is missing, not a number or NaN."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if key == "bleu" or key.startswith("tokens") or key.startswith("mean_"):
+            return f"{value:.2f}" if key != "tokens_per_second" else f"{value:.1f}"
+        if "speedup" in key:
+            return f"{value:.2f}x"
+        return f"{value:.4f}"
+    return str(value).replace("|", "\\|")
+
+
+def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    cols = [c for c in COLUMNS if c not in _MD_SKIP]
+    lines = [
+        "| " + " | ".join(_MD_HEADERS.get(c, c) for c in cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(c, row.get(c)) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tables(rows: Sequence[Mapping[str, Any]], out_dir: Path) -> tuple[Path, Path]:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
+    csv_path, md_path = out_dir / TABLE_CSV, out_dir / TABLE_MD
+    write_text_atomic(csv_path, buf.getvalue())
+    write_text_atomic(md_path, format_markdown(rows))
+    return csv_path, md_path

@@ -1,0 +1,171 @@
+"""Provenance: where and with what a run happened (git, package versions, platform, device).
+
+Recorded in every evaluation record and benchmark result.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import os
+import platform
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "provenance"]
+
+#: Distribution names whose versions go into every record (None when not installed).
+PROVENANCE_PACKAGES: tuple[str, ...] = (
+    "skipdecode",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "pytorch-lightning",
+    "sacrebleu",
+    "rouge-score",
+    "bert-score",
+    "datasets",
+    "hydra-core",
+    "omegaconf",
+    "numpy",
+)
+
+#: Environment variables recorded when set (behaviour-relevant, never secrets).
+PROVENANCE_ENV: tuple[str, ...] = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "SKIPDECODE_CACHE",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "CUBLAS_WORKSPACE_CONFIG",
+)
+
+
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        res = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def _git_info(start: Path | None = None) -> dict[str, Any]:
+    """Commit, dirty flag and branch of the repository holding ``start`` (default: this package)."""
+    here = start or Path(__file__).resolve().parent
+    if not here.is_dir():
+        here = here.parent
+    root = _git(["rev-parse", "--show-toplevel"], here)
+    if root is None:
+        return {"commit": None, "dirty": None, "branch": None, "root": None}
+    status = _git(["status", "--porcelain", "--untracked-files=no"], Path(root))
+    return {
+        "commit": _git(["rev-parse", "HEAD"], Path(root)),
+        "dirty": None if status is None else bool(status),
+        "branch": _git(["symbolic-ref", "--short", "-q", "HEAD"], Path(root)),
+        "root": root,
+    }
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            ).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or None
+
+
+def _versions(names: Iterable[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _device_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"cpu": _cpu_model(), "cpu_count": os.cpu_count()}
+    try:
+        import torch
+    except ImportError:
+        info.update(torch_threads=None, cuda_available=False, cuda_devices=[])
+        return info
+    info["torch_threads"] = torch.get_num_threads()
+    info["torch_interop_threads"] = torch.get_num_interop_threads()
+    info["cuda_available"] = torch.cuda.is_available()
+    info["cuda_version"] = torch.version.cuda
+    devices = []
+    if info["cuda_available"]:
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            devices.append(
+                {
+                    "index": i,
+                    "name": props.name,
+                    "capability": f"{props.major}.{props.minor}",
+                    "memory_gib": round(props.total_memory / 2**30, 2),
+                }
+            )
+        info["cudnn_version"] = torch.backends.cudnn.version()
+        info["driver"] = getattr(torch.cuda, "get_driver_version", lambda: None)()
+    info["cuda_devices"] = devices
+    info["device"] = devices[0]["name"] if devices else info["cpu"]
+    return info
+
+
+def provenance(repo: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Where and with what a run happened: git, package versions, python, platform, device, time.
+
+    ``repo`` is any path inside the git checkout to describe (default: this package's checkout).
+    Fields that cannot be determined are ``None``.
+    """
+    return {
+        "timestamp_utc": _utc_now(),
+        "git": _git_info(Path(repo) if repo is not None else None),
+        "packages": _versions(PROVENANCE_PACKAGES),
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+        },
+        "device": _device_info(),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "argv": list(sys.argv),
+        "env": {k: os.environ[k] for k in PROVENANCE_ENV if k in os.environ},
+    }

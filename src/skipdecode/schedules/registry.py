@@ -1,0 +1,76 @@
+"""Schedules by name: ``build_schedule(cfg, num_layers, expected_length)`` builds any of them.
+
+A schedule module registers a builder for each name it owns::
+
+    @register("early_exit", method="early exit")
+    def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedule: ...
+
+``cfg`` is the ``schedule`` config (a mapping with ``name``); ``expected_length`` is the
+expected generation length in tokens (the dataset's median target length) for schedules that
+are built from a target speedup. ``method`` is the label tables and plots use for the name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .base import Schedule, ScheduleError
+
+__all__ = ["register", "build_schedule", "schedule_names", "method_label"]
+
+Builder = Callable[[Mapping, int, "int | None"], Schedule]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    build: Builder
+    method: str
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register(name: str, method: str) -> Callable[[Builder], Builder]:
+    """Register ``builder`` as ``schedule.name=<name>``, labelled ``method`` in tables."""
+
+    def wrap(builder: Builder) -> Builder:
+        if name in _REGISTRY and _REGISTRY[name].build is not builder:
+            raise ValueError(f"schedule name {name!r} is registered twice")
+        _REGISTRY[name] = _Entry(builder, method)
+        return builder
+
+    return wrap
+
+
+def schedule_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def method_label(name: str | None) -> str:
+    """The method a schedule name belongs to (the name itself when it is not registered)."""
+    entry = _REGISTRY.get(str(name))
+    return entry.method if entry else str(name)
+
+
+def build_schedule(cfg: Mapping, num_layers: int, expected_length: int | None = None) -> Schedule:
+    """Any registered schedule from its config; see README "Schedules".
+
+    Schedules built from a target speedup take ``target_speedup`` (and the expected generation
+    length where the plan depends on the position); explicit parameters override it. A
+    ``num_layers`` key, when present, must match the model's layer count.
+    """
+    cfg = dict(cfg)
+    name = cfg.get("name")
+    declared = cfg.get("num_layers")
+    if declared is not None and int(declared) != num_layers:
+        raise ScheduleError(
+            f"schedule.num_layers={declared} does not match the model's {num_layers} layers; "
+            "use a preset built for this model or schedule=target_<s>x, which adapts to it"
+        )
+    entry = _REGISTRY.get(str(name))
+    if entry is None:
+        raise ScheduleError(
+            f"schedule.name={name!r} is not known; choose one of {schedule_names()}"
+        )
+    return entry.build(cfg, num_layers, expected_length)

@@ -1,0 +1,163 @@
+"""LightningDataModule over the data layer: one config (``dataset/``) -> encoded train/val splits."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+from ..data import (
+    DataConfigError,
+    EncodedExample,
+    Example,
+    TrainCollator,
+    TruncationReport,
+    encode_examples,
+    get_task,
+    load_split,
+    median_target_length,
+)
+
+__all__ = ["load_examples", "SkipDataModule", "dataset_settings"]
+
+log = logging.getLogger(__name__)
+
+_KEYS = (
+    "name",
+    "data_dir",
+    "hub_name",
+    "seed",
+    "options",
+    "limit_train",
+    "limit_validation",
+    "max_source_tokens",
+    "max_target_tokens",
+    "on_long_target",
+)
+
+
+def dataset_settings(cfg: Mapping) -> dict[str, Any]:
+    """Plain-data copy of the ``dataset`` config (recorded in checkpoints and exports)."""
+    unknown = sorted(set(cfg) - set(_KEYS))
+    if unknown:
+        raise DataConfigError(
+            f"dataset config has unknown key(s) {unknown}; allowed: {list(_KEYS)}"
+        )
+    out = {k: cfg.get(k) for k in _KEYS}
+    out["options"] = dict(cfg.get("options") or {})
+    return out
+
+
+def load_examples(cfg: Mapping, split: str) -> list[Example]:
+    """``load_split`` with the settings of the ``dataset`` config; errors name ``dataset.*``."""
+    limit = cfg.get(f"limit_{split}")
+    try:
+        return load_split(
+            cfg["name"],
+            split,
+            data_dir=cfg.get("data_dir"),
+            hub_name=cfg.get("hub_name"),
+            seed=int(cfg.get("seed", 0)),
+            limit=limit,
+            **dict(cfg.get("options") or {}),
+        )
+    except DataConfigError as e:
+        raise type(e)(f"dataset={cfg.get('name')} ({split} split): {e}") from e
+
+
+class SkipDataModule(pl.LightningDataModule):
+    """Encoded train/validation splits and right-padded batches (``TrainCollator``).
+
+    ``prepare()`` loads and encodes eagerly so the caller knows the median target length and
+    the truncation reports before the model is built; ``setup`` then has nothing left to do.
+    """
+
+    def __init__(
+        self,
+        dataset: Mapping,
+        tokenizer: Any,
+        batch_size: int = 16,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        train_examples: list[Example] | None = None,
+    ):
+        super().__init__()
+        self.cfg = dataset_settings(dataset)
+        self.task = get_task(self.cfg["name"])
+        self.tokenizer = tokenizer
+        self.batch_size = int(batch_size)
+        self.eval_batch_size = int(eval_batch_size or batch_size)
+        self.num_workers = int(num_workers)
+        self._train_examples = train_examples
+        self.train_set: list[EncodedExample] | None = None
+        self.val_set: list[EncodedExample] | None = None
+        self.reports: dict[str, TruncationReport] = {}
+        self.expected_length: int | None = None
+
+    def _encode(self, examples: list[Example], split: str) -> list[EncodedExample]:
+        max_source = self.cfg.get("max_source_tokens") or self.task.max_source_tokens
+        max_target = self.cfg.get("max_target_tokens") or self.task.max_target_tokens
+        try:
+            encoded, report = encode_examples(
+                self.tokenizer,
+                examples,
+                self.task,
+                int(max_source),
+                int(max_target),
+                on_long_target=self.cfg.get("on_long_target") or "truncate",
+            )
+        except DataConfigError as e:
+            raise type(e)(f"dataset={self.cfg['name']} ({split} split): {e}") from e
+        self.reports[split] = report
+        log.info(
+            "dataset %s/%s: %d examples; %s",
+            self.cfg["name"],
+            split,
+            len(encoded),
+            report.summary(),
+        )
+        if not encoded:
+            raise DataConfigError(
+                f"dataset={self.cfg['name']} ({split} split): no examples left after "
+                f"on_long_target={report.policy!r} ({report.summary()})"
+            )
+        return encoded
+
+    def prepare(self) -> SkipDataModule:
+        if self.train_set is not None:
+            return self
+        train = self._train_examples or load_examples(self.cfg, "train")
+        val = load_examples(self.cfg, "validation")
+        # The expected generation length of `target` schedules: the training split's median
+        # target length in tokens (EOS included), before truncation.
+        self.expected_length = median_target_length(train, self.tokenizer, task=self.task)
+        self.train_set = self._encode(train, "train")
+        self.val_set = self._encode(val, "validation")
+        return self
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare()
+
+    def truncation_summary(self) -> dict[str, dict[str, Any]]:
+        return {split: report.as_dict() for split, report in self.reports.items()}
+
+    def _loader(self, data: list[EncodedExample], batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            data,  # type: ignore[arg-type]  # a list is a map-style dataset
+            batch_size=batch_size,
+            shuffle=shuffle,
+            collate_fn=TrainCollator(self.tokenizer),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None
+        return self._loader(self.train_set, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        assert self.val_set is not None
+        return self._loader(self.val_set, self.eval_batch_size, shuffle=False)

@@ -1,0 +1,191 @@
+"""Fine-tune a causal LM under a skip schedule: ``python -m skipdecode.train [overrides]``.
+
+``train(cfg)`` is Hydra-agnostic (tests call it with a ``compose``d config); ``main`` is the
+Hydra entry point. Examples::
+
+    python -m skipdecode.train experiment=demo_2x
+    python -m skipdecode.train model=tiny dataset=e2e schedule=target_2x trainer.max_steps=500
+    python -m skipdecode.train trainer=ddp trainer.accelerator=cpu trainer.devices=2
+    python -m skipdecode.train ckpt_path=last hydra.run.dir=outputs/train/runs/<that run>
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import config_dir, instantiate_callbacks, instantiate_loggers, task_wrapper
+from ..data import get_or_train_tokenizer, get_task
+from ..io import write_json_atomic
+from ..models.loading import load_pretrained_tokenizer, needs_trained_tokenizer
+from .datamodule import SkipDataModule, dataset_settings, load_examples
+from .export import export_checkpoint
+from .module import SkipDecodeLitModule
+
+__all__ = ["train", "main", "build_tokenizer"]
+
+log = logging.getLogger(__name__)
+
+
+def _container(cfg: Any) -> Any:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def build_tokenizer(
+    model_cfg: dict, dataset_cfg: dict, train_examples: list, cache_root: Path
+) -> Any:
+    """The trained BPE (scratch/random models, cached) or the pretrained model's tokenizer."""
+    if not needs_trained_tokenizer(model_cfg):
+        return load_pretrained_tokenizer(model_cfg)
+    tok_cfg = model_cfg.get("tokenizer") or {}
+    return get_or_train_tokenizer(
+        train_examples,
+        get_task(dataset_cfg["name"]),
+        cache_root / "tokenizers",
+        dataset_name=dataset_cfg["name"],
+        split="train",
+        seed=int(dataset_cfg.get("seed") or 0),
+        vocab_size=int(tok_cfg.get("vocab_size", 4096)),
+        min_frequency=int(tok_cfg.get("min_frequency", 2)),
+    )
+
+
+def _checkpoint_path(ckpt_path: str | None, output_dir: Path) -> str | None:
+    if ckpt_path in (None, "", "none", "null"):
+        return None
+    if ckpt_path == "last":
+        last = output_dir / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            log.warning("ckpt_path=last but %s does not exist: starting from scratch", last)
+            return None
+        return str(last)
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path!r} is not an existing checkpoint file")
+    return str(path)
+
+
+@task_wrapper
+def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fine-tune per ``cfg``; returns ``(metrics, objects)``.
+
+    ``objects`` holds ``best_ckpt`` (path or None), ``export_dir`` (or None), ``output_dir``,
+    ``schedule`` (the resolved description), ``trainer``, ``module`` and ``datamodule``.
+    """
+    output_dir = Path(str(cfg.paths.output_dir))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(int(cfg.seed), workers=True)
+
+    model_cfg = _container(cfg.model)
+    dataset_cfg = dataset_settings(_container(cfg.dataset))
+    train_examples = load_examples(dataset_cfg, "train")
+    tokenizer = build_tokenizer(
+        model_cfg, dataset_cfg, train_examples, Path(str(cfg.paths.cache_dir))
+    )
+    datamodule = SkipDataModule(
+        dataset_cfg, tokenizer, train_examples=train_examples, **_container(cfg.data)
+    ).prepare()
+
+    module = SkipDecodeLitModule(
+        model=model_cfg,
+        schedule=_container(cfg.schedule),
+        optimizer=_container(cfg.optimizer),
+        scheduler=_container(cfg.get("scheduler")),
+        expected_length=datamodule.expected_length,
+        dataset=dataset_cfg,
+        validate_full=bool(cfg.module.get("validate_full", True)),
+        tokenizer=tokenizer,
+    )
+    schedule_desc = module.schedule.describe()
+    run_info = {
+        "schedule": schedule_desc,
+        "schedule_config": _container(cfg.schedule),
+        "expected_length": datamodule.expected_length,
+        "theoretical_speedup": module.validation_plan.theoretical_speedup(
+            [datamodule.expected_length]
+        ),
+        "truncation": datamodule.truncation_summary(),
+        "num_train_examples": len(datamodule.train_set or []),
+        "num_val_examples": len(datamodule.val_set or []),
+        "num_parameters": sum(p.numel() for p in module.model.parameters()),
+        "vocab_size": len(tokenizer),
+    }
+    log.info(
+        "resolved schedule %s (expected length %s, theoretical speedup %.2fx)",
+        schedule_desc,
+        datamodule.expected_length,
+        run_info["theoretical_speedup"],
+    )
+    module.run_config = {**_container(cfg), "run_info": run_info}
+
+    callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    loggers = instantiate_loggers(cfg.get("logger"))
+    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    if trainer.is_global_zero:
+        write_json_atomic(output_dir / "run_info.json", run_info)
+        OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
+
+    ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
+    fit_started = time.time()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
+
+    metrics = {
+        k: float(v)
+        for k, v in trainer.callback_metrics.items()
+        if isinstance(v, torch.Tensor) and v.numel() == 1
+    }
+    metrics["global_step"] = max(
+        int(trainer.global_step), int(metrics.pop("trainer/global_step", 0))
+    )
+    best = None
+    ckpt_cb = trainer.checkpoint_callback
+    if ckpt_cb is not None and getattr(ckpt_cb, "best_model_path", ""):
+        best = ckpt_cb.best_model_path
+    last = output_dir / "checkpoints" / "last.ckpt"
+    if best is None and last.is_file() and last.stat().st_mtime >= fit_started:
+        best = str(last)  # no validation ran: export the last weights of this run
+    export_dir = None
+    if trainer.is_global_zero:
+        if cfg.get("export", True) and best:
+            export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
+            log.info("exported %s -> %s", best, export_dir)
+        write_json_atomic(
+            output_dir / "metrics.json",
+            {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info},
+        )
+    objects = {
+        "best_ckpt": best,
+        "export_dir": export_dir,
+        "output_dir": str(output_dir),
+        "schedule": schedule_desc,
+        "run_info": run_info,
+        "trainer": trainer,
+        "module": module,
+        "datamodule": datamodule,
+    }
+    return metrics, objects
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    # Resolve ${hydra:...} now, inside the Hydra run: worker processes have no Hydra context.
+    OmegaConf.resolve(cfg)
+    metrics, _ = train(cfg)
+    return metrics.get("val/loss")
+
+
+def main() -> None:
+    """Console entry point ``skipdecode-train``."""
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Real pretrained weights: SmolLM2-135M-Instruct (Llama family, 30 layers), converted offline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.schedules import FullSchedule, linear_for_speedup
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write one sentence about a restaurant near the river that serves French food.",
+    "List three primary colors.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skipdecode.models.assets import smollm2_dir
+
+    try:
+        path = smollm2_dir(create=False)
+    except FileNotFoundError as err:
+        pytest.skip(f"SmolLM2 not converted: {err}")
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    chats = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        )
+        for p in PROMPTS
+    ]
+    return model, tok, chats
+
+
+def test_full_schedule_equals_transformers_generate_on_real_weights(smollm2):
+    model, tok, chats = smollm2
+    tok.padding_side = "left"
+    enc = tok(chats, return_tensors="pt", padding=True)
+    assert (enc["attention_mask"] == 0).any(), "prompts should differ in length"
+    hf = model.generate(
+        **enc,
+        do_sample=False,
+        max_new_tokens=24,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    out = SkipDecoder(model, tok).generate(
+        chats,
+        FullSchedule(30),
+        max_new_tokens=24,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    n = hf.shape[1]
+    assert torch.equal(out.sequences[:, :n], hf)
+    assert (out.sequences[:, n:] == tok.pad_token_id).all()
+    assert "Paris" in out.texts[0]
+
+
+def test_linear_schedule_runs_on_real_weights_and_reports_speedup(smollm2):
+    model, tok, chats = smollm2
+    schedule = linear_for_speedup(30, 2, expected_length=24)
+    out = SkipDecoder(model, tok).generate(chats, schedule, max_new_tokens=24, eos_token_id=[])
+    st = out.stats
+    assert st.decode_steps == 23 and st.budgets == [schedule.budget(g) for g in range(23)]
+    assert 1.7 < st.theoretical_speedup < 2.4
+    assert st.decode_seconds > 0 and len(out.texts) == 3

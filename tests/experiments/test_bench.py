@@ -1,0 +1,104 @@
+"""Benchmark smoke test: the smallest run writes every field (no timing thresholds)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from skipdecode.experiments.bench import main
+
+DECODE_FIELDS = {
+    "prefill_ms",
+    "decode_ms_per_step",
+    "tokens_per_s",
+    "decode_tokens_per_s",
+    "layers_per_token",
+}
+SCHEDULE_FIELDS = {
+    "theoretical_speedup",
+    "measured_speedup",
+    "ideal_speedup",
+    "efficiency",
+    "schedule",
+}
+SPLIT_FIELDS = {
+    "full_step_ms",
+    "non_layer_ms",
+    "head_ms",
+    "per_layer_ms",
+    "non_layer_fraction",
+    "overhead_fraction",
+}
+
+
+def test_decode_bench_writes_complete_json(tmp_path):
+    main(
+        [
+            "--shapes",
+            "tiny",
+            "--batch-sizes",
+            "2",
+            "--prompt-len",
+            "8",
+            "--new-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--speedups",
+            "2",
+            "4",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "smoke",
+        ]
+    )
+    record = json.loads((tmp_path / "smoke.json").read_text())
+    assert (tmp_path / "smoke.md").read_text().startswith("| shape |")
+    (cell,) = record["cells"]
+    assert set(cell["variants"]) == {
+        "transformers-generate",
+        "skipdecode-full",
+        "skipdecode-2x",
+        "skipdecode-4x",
+    }
+    for name, row in cell["variants"].items():
+        assert DECODE_FIELDS <= set(row), name
+        assert all(math.isfinite(row[k]) and row[k] > 0 for k in DECODE_FIELDS), name
+        if name.startswith("skipdecode"):
+            assert SCHEDULE_FIELDS <= set(row), name
+            assert row["theoretical_speedup"] == cell["num_layers"] / row["layers_per_token"]
+            assert row["efficiency"] == row["measured_speedup"] / row["ideal_speedup"]
+    assert cell["variants"]["skipdecode-full"]["theoretical_speedup"] == 1.0
+    assert (
+        cell["variants"]["skipdecode-4x"]["theoretical_speedup"]
+        > cell["variants"]["skipdecode-2x"]["theoretical_speedup"]
+        > 1
+    )
+    assert SPLIT_FIELDS <= set(cell["cost_split"])
+    assert record["provenance"]["packages"]["torch"].startswith("2.13")
+
+
+def test_train_bench_writes_complete_json(tmp_path):
+    main(
+        [
+            "--mode",
+            "train",
+            "--shapes",
+            "tiny",
+            "--batch-sizes",
+            "2",
+            "--repeats",
+            "1",
+            "--speedups",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "train",
+        ]
+    )
+    (cell,) = json.loads((tmp_path / "train.json").read_text())["cells"]
+    assert set(cell["variants"]) == {"full", "2x", "2x-masked"}
+    for row in cell["variants"].values():
+        assert row["tokens_per_s"] > 0 and row["step_ms"] > 0

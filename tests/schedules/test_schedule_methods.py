@@ -1,0 +1,243 @@
+"""Every layer-skipping method: properties, errors, and cached decode == teacher-forced forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tiny_models import FAMILIES, left_padded_batch
+
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.schedules import (
+    AdaptiveSchedule,
+    CALMSchedule,
+    ScheduleError,
+    build_schedule,
+    position_layer_mask,
+)
+from skipdecode.schedules.adaptive import random_monotone_budgets
+from skipdecode.schedules.baselines import (
+    EarlyExitSchedule,
+    PowerLawSchedule,
+    UnifiedSkipSchedule,
+    power_law_for_speedup,
+)
+from skipdecode.schedules.layout import BudgetSchedule
+
+ATOL = 1e-5
+LENGTHS = [5, 9, 3, 7]
+L = 6
+
+
+def _teacher_forced(dec, out, mask, layer_mask):
+    B, P = mask.shape
+    N = out.generated_ids.shape[1]
+    seq_mask = torch.cat([mask, torch.ones(B, N, dtype=mask.dtype)], 1)
+    return dec.forward(out.sequences, seq_mask, layer_mask)[:, P - 1 : P - 1 + N]
+
+
+# ------------------------------------------------------------------ static baselines
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        EarlyExitSchedule(L, 3),
+        UnifiedSkipSchedule(L, 3),
+        PowerLawSchedule(L, 1, 6, 2, 0.7),
+        BudgetSchedule(L, 1, [6, 5, 5, 3, 2]),
+    ],
+    ids=lambda s: s.name,
+)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_static_methods_cached_decode_equals_teacher_forced(family, schedule):
+    dec = SkipDecoder(FAMILIES[family]())
+    ids, mask = left_padded_batch(LENGTHS)
+    out = dec.generate(ids, schedule, 10, mask, eos_token_id=[], return_logits=True)
+    lm = position_layer_mask(schedule, torch.full((4,), ids.shape[1]), ids.shape[1] + 10)
+    torch.testing.assert_close(
+        out.step_logits, _teacher_forced(dec, out, mask, lm), atol=ATOL, rtol=0
+    )
+    assert out.stats.budgets == [schedule.budget(g) for g in range(9)]
+
+
+def test_static_layouts():
+    assert EarlyExitSchedule(24, 8).active_layers(5) == tuple(range(8))
+    assert UnifiedSkipSchedule(24, 6).active_layers(0) == (0, 5, 9, 14, 18, 23)
+    assert UnifiedSkipSchedule(24, 12).theoretical_speedup([10]) == 2.0
+    p = PowerLawSchedule(24, 1, 24, 2, 0.5)
+    assert [p.budget(g) for g in (0, 3, 15, 1000)] == [24, 12, 6, 2]
+    assert set(p.active_layers(15)) == {0, 19, 20, 21, 22, 23}
+
+
+@pytest.mark.parametrize("speedup", [2, 3, 4])
+def test_power_law_fits_target_speedup(speedup):
+    s = power_law_for_speedup(24, speedup, 32)
+    assert abs(s.mean_layers([32]) - 24 / speedup) <= 0.5
+    assert s.budget(0) == 24
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 200), st.integers(2, 24), st.integers(0, 2**31 - 1))
+def test_random_monotone_budgets_never_increase(length, top, seed):
+    floor = max(2, top // 4)
+    b = random_monotone_budgets(
+        length, top, floor, (top + floor) / 2, torch.Generator().manual_seed(seed)
+    )
+    assert len(b) == length
+    assert all(x >= y for x, y in zip(b, b[1:]))
+    assert all(floor <= x <= top for x in b)
+    BudgetSchedule(24, 1, b)  # a valid schedule
+
+
+# ------------------------------------------------------------------ adaptive monotone SkipDecode
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_adaptive_budgets_never_increase_and_decode_equals_teacher_forced(family):
+    dec = SkipDecoder(FAMILIES[family]())
+    ids, mask = left_padded_batch(LENGTHS)
+    # random tiny models are unconfident (top-1 ~ 1/V), so scale the mapping to see it move
+    policy = AdaptiveSchedule(L, 1, 6, 2)
+    # random tiny models are unconfident (top-1 ~ 1/V): map their own confidence range onto budgets
+    conf = _decode_confidences(dec, ids, mask)
+    lo, hi = float(conf.quantile(0.05)), float(conf.quantile(0.95))
+    policy.budget_for_confidence = lambda c: max(2, min(6, round(6 - 4 * (c - lo) / (hi - lo))))
+    out = dec.generate(ids, policy, 12, mask, eos_token_id=[], return_logits=True)
+    budgets = out.stats.budgets
+    assert all(a >= b for a, b in zip(budgets, budgets[1:]))
+    assert budgets[0] == 6 and budgets[-1] < 6, budgets
+    replay = BudgetSchedule(L, 1, budgets)
+    lm = position_layer_mask(replay, torch.full((4,), ids.shape[1]), ids.shape[1] + 12)
+    torch.testing.assert_close(
+        out.step_logits, _teacher_forced(dec, out, mask, lm), atol=ATOL, rtol=0
+    )
+
+
+def test_adaptive_mapping_and_training_schedules():
+    p = AdaptiveSchedule(24, 1, 18, 4, target_mean=12)
+    assert p.budget_for_confidence(1.0) == 4 and p.budget_for_confidence(0.0) == 18
+    assert p.budget_for_confidence(0.5) == 11
+    g = torch.Generator().manual_seed(0)
+    draws = [p.training_plan(g) for _ in range(20)]
+    assert len({tuple(d.budgets(range(40)).tolist()) for d in draws}) > 10  # varied
+    for d in draws:
+        b = d.budgets(range(256)).tolist()
+        assert all(x >= y for x, y in zip(b, b[1:])) and 4 <= min(b) and max(b) <= 18
+
+
+# ------------------------------------------------------------------ CALM
+def _decode_confidences(dec, ids, mask, n=12):
+    """Top-1 probabilities every layer's exit gives at the decode positions of a full run."""
+    full = dec.generate(ids, build_schedule({"name": "full"}, L), n, mask, eos_token_id=[])
+    seq_mask = torch.cat([mask, torch.ones(mask.shape[0], n, dtype=mask.dtype)], 1)
+    with torch.no_grad():
+        exits = dec.forward_exits(full.sequences, seq_mask, list(range(L)))
+    P = ids.shape[1]
+    return torch.stack([v[:, P:].softmax(-1).amax(-1) for v in exits.values()]).flatten()
+
+
+def _varied_calm_run(dec, ids, mask):
+    conf = _decode_confidences(dec, ids, mask)
+    for q in (0.5, 0.3, 0.7, 0.2, 0.8, 0.1, 0.9):
+        policy = CALMSchedule(L, float(conf.quantile(q)), check_every=1, allow_batching=True)
+        out = dec.generate(ids, policy, 12, mask, eos_token_id=[], return_logits=True)
+        depths = torch.tensor(out.stats.token_layers)
+        if len(set(depths.flatten().tolist())) > 2:
+            return out, depths
+    raise AssertionError("no threshold gave varied exits")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_calm_decode_equals_teacher_forced_with_state_copying(family):
+    dec = SkipDecoder(FAMILIES[family]())
+    ids, mask = left_padded_batch(LENGTHS)
+    out, depths = _varied_calm_run(dec, ids, mask)  # (steps, B) depth of each token
+    assert depths.min() < L
+    # the batch runs until its deepest token exits
+    assert out.stats.budgets == depths.amax(1).tolist()
+    assert out.stats.batch_speedup <= out.stats.theoretical_speedup
+    B, P = ids.shape
+    lm = torch.ones(B, L, P + 12, dtype=torch.bool)
+    for g in range(depths.shape[0]):
+        for b in range(B):
+            lm[b, int(depths[g, b]) :, P + g] = False
+    torch.testing.assert_close(
+        out.step_logits, _teacher_forced(dec, out, mask, lm), atol=ATOL, rtol=0
+    )
+
+
+def test_calm_threshold_one_runs_every_layer_like_full():
+    dec = SkipDecoder(FAMILIES["llama"]())
+    ids, mask = left_padded_batch([4])
+    full = dec.generate(ids, build_schedule({"name": "full"}, L), 8, mask, eos_token_id=[])
+    calm = dec.generate(ids, CALMSchedule(L, 1.0), 8, mask, eos_token_id=[])
+    assert torch.equal(full.sequences, calm.sequences)
+    assert calm.stats.theoretical_speedup == 1.0
+
+
+def test_calm_loss_weights_and_exit_logits():
+    p = CALMSchedule(12, 0.9, check_every=4)
+    assert p.exit_checks() == [3, 7]
+    w = p.intermediate_loss_weights()
+    assert (
+        list(w) == [3, 7, 11]
+        and w[11] == pytest.approx(12 / 24)
+        and sum(w.values()) == pytest.approx(1)
+    )
+    dec = SkipDecoder(FAMILIES["opt"]())
+    ids, mask = left_padded_batch(LENGTHS)
+    exits = dec.forward_exits(ids, mask, [2, 5])
+    torch.testing.assert_close(
+        exits[5][mask.bool()], dec.forward(ids, mask)[mask.bool()], atol=ATOL, rtol=0
+    )
+
+
+# ------------------------------------------------------------------ config and errors
+def test_build_policy_every_method_from_target_speedup():
+    for name in ["full", "target", "early_exit", "unified", "power_law", "adaptive"]:
+        pol = build_schedule({"name": name, "target_speedup": 2}, 24, expected_length=32)
+        assert pol.describe()["name"] in (name, "linear")
+        if pol.static() is not None and name != "full":
+            assert abs(pol.static().theoretical_speedup([32]) - 2) < 0.25
+    calm = build_schedule({"name": "calm", "threshold": 0.9, "check_every": 2}, 24)
+    assert isinstance(calm, CALMSchedule) and calm.exit_checks()[0] == 1
+
+
+def test_bad_method_values_raise_clear_errors():
+    with pytest.raises(ScheduleError, match=r"schedule\.threshold=1\.5"):
+        CALMSchedule(L, 1.5)
+    with pytest.raises(ScheduleError, match=r"schedule\.threshold=0"):
+        CALMSchedule(L, 0)
+    with pytest.raises(ScheduleError, match=r"schedule\.exit_layers=9 .*beyond the model"):
+        EarlyExitSchedule(L, 9)
+    with pytest.raises(ScheduleError, match=r"schedule\.min_exit_layers=7"):
+        CALMSchedule(L, 0.5, min_exit_layers=7)
+    with pytest.raises(ScheduleError, match="threshold is not set"):
+        build_schedule({"name": "calm"}, L)
+    uncalibrated = build_schedule({"name": "calm", "target_speedup": 2}, L)
+    assert uncalibrated.threshold is None
+    with pytest.raises(ValueError, match="calibrate it first"):
+        SkipDecoder(FAMILIES["opt"]()).generate(*left_padded_batch([3])[:1], uncalibrated, 4)
+    assert uncalibrated.with_threshold(0.5).threshold == 0.5
+    with pytest.raises(ScheduleError, match="schedule.name='nope'"):
+        build_schedule({"name": "nope"}, L)
+    dec = SkipDecoder(FAMILIES["opt"]())
+    ids, mask = left_padded_batch(LENGTHS)
+    with pytest.raises(ValueError, match="allow_batching=true"):
+        dec.generate(ids, CALMSchedule(L, 0.5), 4, mask)
+    with pytest.raises(ValueError, match="outside the model's layers"):
+        dec.forward_exits(ids, mask, [6])
+
+
+def test_calm_threshold_calibration_moves_toward_target():
+    from skipdecode.schedules.calm import calibrate_calm_threshold
+
+    dec = SkipDecoder(FAMILIES["opt"]())
+    ids, mask = left_padded_batch(LENGTHS)
+    lo_thr, lo_speed = calibrate_calm_threshold(
+        dec, ids, mask, 1.5, 6, iterations=5, eos_token_id=[]
+    )
+    hi_thr, hi_speed = calibrate_calm_threshold(
+        dec, ids, mask, 4.0, 6, iterations=5, eos_token_id=[]
+    )
+    assert hi_thr < lo_thr and hi_speed > lo_speed
+    out = dec.generate(ids, CALMSchedule(L, lo_thr, allow_batching=True), 6, mask, eos_token_id=[])
+    assert out.stats.theoretical_speedup == pytest.approx(lo_speed)

@@ -1,0 +1,179 @@
+"""Short real training runs: loss goes down (full and 2x, synthetic and real E2E), resume after a
+crash, export + reload with transformers, DDP on 2 CPU processes, one Hydra multirun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from train_utils import FAST, SHARED_E2E, SimulatedCrash, make_cfg
+from transformers import AutoModelForCausalLM
+
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.models.loading import load_pretrained_dir
+from skipdecode.training.train import train
+
+# 60 steps of a 128-wide tiny OPT: val loss ~6.3 -> ~2.6 (full) on synthetic.
+SHORT = [
+    "trainer.max_steps=60",
+    "trainer.val_check_interval=60",
+    "optimizer.lr=3e-3",
+    "scheduler.warmup_steps=5",
+    "callbacks.last_checkpoint.every_n_train_steps=30",
+    "model.arch.hidden_size=128",
+    "model.arch.word_embed_proj_dim=128",
+    "model.arch.ffn_dim=512",
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = {}
+    for schedule, logger in (("full", "csv"), ("target_2x", "many")):
+        tmp = tmp_path_factory.mktemp(schedule)
+        cfg = make_cfg(tmp, [*SHORT, f"schedule={schedule}", f"logger={logger}"])
+        metrics, objects = train(cfg)
+        out[schedule] = (tmp, metrics, objects)
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["full", "target_2x"])
+def test_training_lowers_validation_loss(runs: dict, schedule: str) -> None:
+    _, metrics, objects = runs[schedule]
+    assert metrics["global_step"] == 60
+    assert metrics["val/loss"] < 0.5 * metrics["val_start/loss"], metrics
+    assert metrics["train/tokens_per_s_mean"] > 0
+    if schedule == "target_2x":
+        desc = objects["schedule"]
+        assert desc["name"] == "linear" and desc["num_layers"] == 8
+        assert desc["decay_tokens"] == objects["run_info"]["expected_length"]
+        assert "val/loss_full" in metrics  # the cost of skipping, measured with every layer
+
+
+def test_wandb_offline_run_is_written_into_output_dir(runs: dict) -> None:
+    tmp, _, _ = runs["target_2x"]
+    assert list((tmp / "wandb").glob("offline-run-*")), sorted(p.name for p in tmp.iterdir())
+    assert (tmp / "csv" / "metrics.csv").is_file()
+
+
+def test_export_reloads_with_transformers_and_identical_logits(runs: dict) -> None:
+    tmp, metrics, objects = runs["target_2x"]
+    export = Path(objects["export_dir"])
+    assert export == tmp / "export"
+    model, tokenizer, meta = load_pretrained_dir(export)
+    assert meta["schedule"] == objects["schedule"]
+    assert meta["expected_length"] == objects["run_info"]["expected_length"]
+    assert meta["dataset"]["name"] == "synthetic"
+    assert meta["metrics"]["val/loss"] == pytest.approx(metrics["val/loss"])
+    hf = AutoModelForCausalLM.from_pretrained(str(export)).eval()
+
+    module = objects["module"]
+    from skipdecode.training.export import load_module
+
+    best = load_module(objects["best_ckpt"])  # the checkpoint that was exported
+    enc = tokenizer(["name[The Eagle], food[French]\nDescription: The Eagle"], return_tensors="pt")
+    with torch.no_grad():
+        ref = best.eval()(enc["input_ids"], enc["attention_mask"])  # full-schedule forward
+        ours = SkipDecoder(model).forward(enc["input_ids"], enc["attention_mask"])
+        theirs = hf(**enc).logits
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(theirs, ref, rtol=1e-5, atol=1e-4)
+    assert type(module.model) is type(model)
+
+
+def test_resume_after_crash_ends_with_same_step_count(tmp_path: Path) -> None:
+    over = [
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
+        "callbacks.last_checkpoint.every_n_train_steps=2",
+    ]
+    crash = ["+callbacks.crash._target_=train_utils.CrashAfter", "+callbacks.crash.step=5"]
+    with pytest.raises(SimulatedCrash):
+        train(make_cfg(tmp_path, [*over, *crash]))
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 4
+    metrics, objects = train(make_cfg(tmp_path, [*over, "ckpt_path=last"]))
+    assert metrics["global_step"] == 6
+    assert torch.load(last, weights_only=True)["global_step"] == 6
+    assert objects["export_dir"]
+
+
+@pytest.mark.skipif(
+    not (SHARED_E2E / "devset.csv").is_file(),
+    reason=f"real E2E files not found at {SHARED_E2E} (devset.csv)",
+)
+def test_short_run_on_real_e2e(tmp_path: Path) -> None:
+    over = [
+        *SHORT,
+        "dataset=e2e",
+        "dataset.limit_train=80",
+        "dataset.limit_validation=10",
+        "schedule=target_2x",
+    ]
+    cfg = make_cfg(tmp_path, [o for o in FAST if not o.startswith("dataset.")] + over, fast=False)
+    assert Path(cfg.dataset.data_dir).resolve() == SHARED_E2E
+    metrics, objects = train(cfg)
+    assert metrics["val/loss"] < 0.6 * metrics["val_start/loss"], metrics
+    assert objects["run_info"]["truncation"]["train"]["total"] > 0
+
+
+def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "skipdecode.train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def test_ddp_two_cpu_processes_one_output_dir(tmp_path: Path) -> None:
+    _cli(
+        [
+            *FAST,
+            f"paths.log_dir={tmp_path}",
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.max_steps=4",
+            "trainer.val_check_interval=2",
+            "callbacks.last_checkpoint.every_n_train_steps=2",
+        ],
+        cwd=tmp_path,
+    )
+    runs = list((tmp_path / "train" / "runs").iterdir())
+    assert len(runs) == 1, runs  # Hydra + DDP made exactly one output directory
+    result = json.loads((runs[0] / "metrics.json").read_text())
+    assert result["metrics"]["global_step"] == 4
+    assert (runs[0] / "export" / "skipdecode.json").is_file()
+
+
+def test_hydra_multirun_over_experiments(tmp_path: Path) -> None:
+    _cli(
+        [
+            "-m",
+            "experiment=demo_full,demo_4x",
+            f"paths.log_dir={tmp_path}",
+            "+trainer.fast_dev_run=1",
+            *[o for o in FAST if o.startswith(("model.", "dataset.", "trainer."))],
+        ],
+        cwd=tmp_path,
+    )
+    jobs = sorted((p for p in tmp_path.glob("*/multiruns/*/*") if p.is_dir()), key=lambda p: p.name)
+    assert [p.parent.parent.parent.name for p in jobs] == ["demo_full", "demo_4x"], jobs
+    assert all((p / "metrics.json").is_file() for p in jobs)
