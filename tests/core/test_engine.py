@@ -198,13 +198,18 @@ def test_masked_forward_gradients_skip_unused_layers():
     model = FAMILIES["opt"]().train()
     dec = SkipDecoder(model)
     ids = torch.randint(3, 90, (2, 10))
-    schedule = LinearSchedule(6, 1, 3, 2, 2)  # layers 1, 2 never run on targets; prompt runs all
+    schedule = LinearSchedule(6, 1, 3, 2, 2)  # layers 1, 2, 3 never run on targets; prompt runs all
     lm = position_layer_mask(schedule, torch.tensor([4, 4]), 10)
     lm[:, :, :4] = True
+    lm[:, 3, :] = False  # layer 3 is skipped at every position, prompt included
     logits = dec.forward(ids, torch.ones_like(ids), lm)
     logits[:, 4:].sum().backward()
     grads = [p.grad for p in dec.adapter.layers[2].parameters()]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)  # prompt path still trains
+    for p in dec.adapter.layers[3].parameters():  # a layer no position runs learns nothing
+        assert p.grad is None or not p.grad.any()
+    for p in dec.adapter.layers[5].parameters():  # the top layer runs on targets: it learns
+        assert p.grad is not None
 
 
 # ---------------------------------------------------------------- sampling and misc behaviour
@@ -232,9 +237,27 @@ def test_zero_new_tokens_and_stats_fields():
     out = SkipDecoder(model).generate(ids, sched, 8, mask, eos_token_id=[])
     d = out.stats.as_dict()
     assert d["decode_steps"] == 7 and d["budgets"] == [4, 3, 3, 2, 2, 2, 2]
-    assert d["layers_per_token"] == pytest.approx(sum(d["budgets"]) / 7)
-    assert d["theoretical_speedup"] == pytest.approx(6 / d["layers_per_token"])
+    assert d["layers_per_token"] == pytest.approx(18 / 7)  # (4 + 3 + 3 + 2 + 2 + 2 + 2) / 7
+    assert d["theoretical_speedup"] == pytest.approx(42 / 18)  # 6 layers / (18 / 7)
+    assert d["batch_speedup"] == pytest.approx(42 / 18)  # every row live at every pass
     assert d["prefill_seconds"] > 0 and d["decode_seconds"] > 0
+
+
+@pytest.mark.parametrize("L,speedup,n", [(6, 2, 9), (12, 3, 17), (8, 4, 6)])
+def test_target_rule_predicts_the_engines_speedup(L, speedup, n):
+    """One accounting: for a fixed-length generation the target rule's predicted speedup is
+    exactly what the engine reports (token 0 from the prefill, n - 1 decode passes)."""
+    from skipdecode.schedules import linear_for_speedup
+
+    model = tiny_opt(num_layers=L)
+    ids, mask = left_padded_batch(LENGTHS)
+    schedule = linear_for_speedup(L, speedup, n)
+    out = SkipDecoder(model).generate(ids, schedule, n, mask, eos_token_id=[])
+    assert out.stats.decode_steps == n - 1
+    assert out.stats.theoretical_speedup == pytest.approx(
+        schedule.theoretical_speedup([n]), abs=1e-12
+    )
+    assert out.stats.batch_speedup == pytest.approx(schedule.theoretical_speedup([n]), abs=1e-12)
 
 
 def test_text_prompts_with_tokenizer_left_pad(tmp_path):

@@ -82,9 +82,10 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
     proc = _sweep(tmp_path, "schedule=full,target_2x,skipdecode_2x_24l", "wandb.enabled=true")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sweep = tmp_path / "sweep"
-    rows = list(csv.DictReader((sweep / "results.csv").open()))
+    rows = list(csv.DictReader((sweep / "cells.csv").open()))  # one row per cell
     by_schedule = {r["schedule"]: r for r in rows}
     assert [r["job"] for r in rows] and len(rows) == 3
+    assert len({r["seed"] for r in rows if r["status"] == "ok"}) == 1  # the config's seed
     assert by_schedule["full"]["status"] == "ok" and by_schedule["target_2x"]["status"] == "ok"
     assert by_schedule["skipdecode_2x_24l"]["status"] == "failed"
     assert "24" in by_schedule["skipdecode_2x_24l"]["error"]
@@ -100,6 +101,23 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
             assert row[col] != "", (name, col)
     assert float(by_schedule["target_2x"]["theoretical_speedup"]) > 1.0
     assert float(by_schedule["full"]["target_speedup"]) == 1.0
+    assert (sweep / "cells.md").read_text().count("\n| ") == 3
+    # results: one row per schedule over its seeds (one seed here: a mean, no seed interval),
+    # and the paired bootstrap difference against full on the same inputs
+    results = {r["schedule"]: r for r in csv.DictReader((sweep / "results.csv").open())}
+    assert set(results) == {"full", "target_2x", "skipdecode_2x_24l"}
+    two = results["target_2x"]
+    assert two["n_seeds"] == "1" and two["bleu_mean"] == by_schedule["target_2x"]["bleu"]
+    assert two["bleu_ci95_low"] == "" and two["bleu_ci95_high"] == ""
+    for metric in ("bleu", "rougeL"):
+        low, delta, high = (
+            float(two[f"{metric}_delta{p}"]) for p in ("_ci95_low", "", "_ci95_high")
+        )
+        assert low <= delta <= high, metric
+    observed = float(two["bleu_mean"]) - float(results["full"]["bleu_mean"])
+    assert float(two["bleu_delta"]) == pytest.approx(observed, abs=1e-6)
+    assert results["full"]["bleu_delta"] == ""  # no difference of full against itself
+    assert results["skipdecode_2x_24l"]["status"] == "failed"
     assert (sweep / "results.md").read_text().count("\n| ") == 3
     assert (sweep / "quality_vs_speedup_synthetic.png").stat().st_size > 0
     assert "| ok |" in proc.stdout and "quality_vs_speedup_synthetic.png" in proc.stdout
@@ -214,3 +232,83 @@ def test_sweep_experiments_compose(overrides):
             assert cfg.eval.metrics.bertscore.model_type == "roberta-large"
     if "experiment=sweep_demo" in overrides:
         assert cfg.eval.limit == 100 and cfg.model.name == "tiny"
+
+
+def _seed_cell(sweep: Path, job: int, schedule: str, seed: int, bleu: float, outputs, rouge):
+    """A finished cell with a record and per-input scores, as a real sweep leaves it."""
+    rec_dir = sweep / "cells" / f"{schedule}-{seed}"
+    rec_dir.mkdir(parents=True)
+    refs = [["the pub is cheap", "a cheap pub"], ["a french place"], ["it is near the river"]]
+    rows = [
+        {
+            "index": i,
+            "input": f"mr{i}",
+            "references": refs[i],
+            "output": outputs[i],
+            "scores": {"rougeL": rouge[i]},
+        }
+        for i in range(3)
+    ]
+    (rec_dir / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    record = {
+        "summary": {"bleu": bleu, "rougeL": sum(rouge) / 3, "theoretical_speedup": 1.0},
+        "quality": {"bleu": {"settings": {"tokenize": "13a", "lowercase": False}}},
+        "files": {"generations": "generations.jsonl"},
+    }
+    (rec_dir / "record.json").write_text(json.dumps(record))
+    (sweep / str(job)).mkdir(parents=True)
+    cell = {
+        "status": "ok",
+        "model": "tiny",
+        "dataset": "synthetic",
+        "schedule": schedule,
+        "method": "full" if schedule == "full" else "skipdecode",
+        "target_speedup": 1.0 if schedule == "full" else 2.0,
+        "seed": seed,
+        "record": str(rec_dir / "record.json"),
+    }
+    (sweep / str(job) / "cell.json").write_text(json.dumps(cell))
+
+
+def test_results_over_seeds_with_intervals_and_paired_bootstrap(tmp_path):
+    sweep = tmp_path / "sweep"
+    outputs = ["the pub is cheap", "a french place", "near the river"]
+    job = 0
+    for seed, bleu in zip((1, 2, 3), (30.0, 31.0, 32.0), strict=True):
+        _seed_cell(sweep, job, "full", seed, 40.0, outputs, [0.5, 0.6, 0.7])
+        # same outputs as full (BLEU difference 0), ROUGE-L 0.1 lower on every input
+        _seed_cell(sweep, job + 1, "target_2x", seed, bleu, outputs, [0.4, 0.5, 0.6])
+        job += 2
+    result = aggregate(sweep, plots=False)
+    rows = {r["schedule"]: r for r in result["results"]}
+    two = rows["target_2x"]
+    assert two["n_seeds"] == 3 and two["seeds"] == "1 2 3"
+    # mean 31, sd 1, t(0.975, df=2) = 4.302653: half width 4.302653 / sqrt(3) = 2.484138
+    assert two["bleu_mean"] == pytest.approx(31.0)
+    assert two["bleu_ci95_low"] == pytest.approx(31.0 - 2.484138, abs=1e-5)
+    assert two["bleu_ci95_high"] == pytest.approx(31.0 + 2.484138, abs=1e-5)
+    assert two["bleu_delta"] == 0.0 and two["bleu_delta_ci95_low"] == 0.0
+    assert two["rougeL_delta"] == pytest.approx(-0.1)
+    assert two["rougeL_delta_ci95_low"] == pytest.approx(-0.1)
+    assert two["rougeL_delta_ci95_high"] == pytest.approx(-0.1)
+    assert rows["full"]["n_seeds"] == 3 and "bleu_delta" not in rows["full"]
+    md = Path(result["markdown"]).read_text()
+    assert "31.00 [28.52, 33.48]" in md and "-0.1000 [-0.1000, -0.1000]" in md
+    header = next(csv.reader((sweep / "results.csv").open()))
+    for metric in ("bleu", "rougeL", "bertscore_f1"):
+        assert {f"{metric}_mean", f"{metric}_ci95_low", f"{metric}_ci95_high"} <= set(header)
+    assert "n_seeds" in header
+
+
+def test_paired_bootstrap_sees_a_real_difference():
+    from skipdecode.evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
+
+    refs = [[f"the place number {i} is cheap and french"] for i in range(40)]
+    good = [r[0] for r in refs]
+    bad = [f"number {i} cheap" for i in range(40)]
+    out = paired_bootstrap(
+        [SystemPair(bad, good, {}, {})], refs, metrics=("bleu",), resamples=200, seed=1
+    )
+    d = out["bleu"]
+    assert d["delta"] < 0 and d["ci95_high"] < 0  # clearly worse: the interval excludes 0
+    assert d["ci95_low"] <= d["delta"] <= d["ci95_high"]

@@ -53,11 +53,24 @@ def test_warmup_and_top_layers_always_run(s: LinearSchedule, g: int):
 
 
 @settings(max_examples=100, deadline=None)
-@given(linear_schedules(), st.lists(st.integers(1, 120), min_size=1, max_size=6))
+@given(linear_schedules(), st.lists(st.integers(2, 120), min_size=1, max_size=6))
 def test_speedup_formula(s: LinearSchedule, lengths: list[int]):
-    per_token = [s.budget(g) for n in lengths for g in range(n)]
+    # token 0 comes from the prefill; token g >= 1 from decode pass g - 1 (budget(g - 1))
+    per_token = [s.budget(g - 1) for n in lengths for g in range(1, n)]
     expected = s.num_layers / (sum(per_token) / len(per_token))
     assert s.theoretical_speedup(lengths) == pytest.approx(expected)
+
+
+def test_layers_per_token_by_hand():
+    s = LinearSchedule(24, warmup_layers=2, max_layers=20, min_layers=8, decay_tokens=4)
+    # budgets 20, 17, 14, 11, 8: three tokens cost two decode passes, (20 + 17) / 2
+    assert s.mean_layers([3]) == 18.5
+    # a one-token sequence adds no decode pass; [3, 5] -> (20 + 17 + 20 + 17 + 14 + 11) / 6
+    assert s.mean_layers([1, 3]) == 18.5
+    assert s.mean_layers([3, 5]) == pytest.approx(99 / 6)
+    assert s.theoretical_speedup([3]) == pytest.approx(24 / 18.5)
+    with pytest.raises(ScheduleError, match="a length >= 2"):
+        s.mean_layers([1, 1])
 
 
 def test_linear_budget_by_hand():

@@ -51,6 +51,7 @@ from .record import (
     eval_provenance,
     log_wandb,
     metric_settings,
+    per_input_scores,
     summarize,
 )
 
@@ -178,7 +179,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             base_schedule = FullSchedule(s.decoder.num_layers)
 
     t0 = time.perf_counter()
-    outputs, main_totals, base_totals = generate_all(
+    run = generate_all(
         s.decoder,
         batches,
         prompt_ids,
@@ -187,14 +188,17 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         gen,
         seed,
         int(speed_cfg.get("warmup_batches", 1)),
+        int(speed_cfg.get("repeats", 1)) if base_schedule is not None else 1,
     )
+    outputs = run.texts
     gen_wall = time.perf_counter() - t0
     references = [list(ex.references) for ex in s.examples]
 
     t1 = time.perf_counter()
     quality = compute_all(outputs, references, s.metric_settings, prefix="eval.metrics")
+    per_input = per_input_scores(quality)
     metric_wall = time.perf_counter() - t1
-    speed = speed_record(main_totals, base_totals, baseline)
+    speed = speed_record(run, baseline)
 
     model = s.lm.model
     record: dict[str, Any] = {
@@ -232,6 +236,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "cache": ev.get("cache", "static"),
             "baseline": baseline,
             "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
+            "repeats": run.repeats,
         },
         "timing_s": {"generation_wall": gen_wall, "metrics_wall": metric_wall},
         "train_meta": s.lm.meta,
@@ -246,6 +251,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "prompt": s.task.prompt(ex.source),
             "references": list(ex.references),
             "output": outputs[i],
+            "scores": {name: values[i] for name, values in per_input.items()},
         }
         for i, ex in enumerate(s.examples)
     ]

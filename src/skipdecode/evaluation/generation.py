@@ -5,8 +5,21 @@ generation, decoded again with the ``full`` schedule on the same model, batch, c
 for exactly as many decode steps as the evaluated schedule ran (EOS stop off), so the two runs do
 the same work apart from the layers skipped:
 
-* ``theoretical_speedup``: ``L / mean layers run per generated token`` (live rows only).
-* ``measured_speedup_decode``: full decode seconds / evaluated decode seconds (decode loop only).
+* ``layers_per_token`` and ``theoretical_speedup = L / layers_per_token`` (the paper's
+  speedup): a generated token costs the layers of the decode pass that produced it (token 0
+  comes from the prefill and is prompt work); averaged over every (decode pass, live row), so
+  each token's own depth counts (CALM's exit depth) and finished rows do not.
+* ``batch_speedup``: ``L / mean layers the batch ran per decode pass``, unweighted by live
+  rows. A pass costs the same however many rows are still live (finished rows still occupy the
+  batch), so this, not the theoretical speedup, is what measured wall-clock is compared with.
+  The two differ whenever budgets change while rows finish: for static schedules whose budget
+  shrinks, later passes (small budgets) have fewer live rows, so the per-token figure is lower;
+  for CALM in a batch the pass waits for its slowest token, so the batch figure is lower.
+* ``measured_speedup_decode``: full decode seconds / evaluated decode seconds (decode loop only),
+  each the sum over batches of the per-batch median over ``eval.speed.repeats`` interleaved rounds;
+  ``timing`` holds every round's ratio and their spread.
+* ``consistency``: measured decode speedup / batch speedup, and the speedup a step's cost split
+  predicts (``core.costs``), with ``efficiency`` = measured / predicted.
 * ``measured_speedup_e2e``: the same with prefill included (prefill runs every layer in both, so
   this is lower than the decode ratio; it is the end-to-end latency ratio per batch).
 * ``tokens_per_second``: generated tokens (EOS included) / (prefill + decode) seconds of the
@@ -17,10 +30,12 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.costs import ideal_speedup, step_cost_split
 from ..core.engine import SkipDecoder
 from ..core.stats import GenerationStats
 from ..data.collate import left_pad
@@ -28,7 +43,7 @@ from ..schedules import Schedule
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SpeedTotals", "generate_all", "speed_record", "ratio"]
+__all__ = ["SpeedTotals", "GenerationRun", "generate_all", "speed_record", "ratio"]
 
 
 @dataclass
@@ -63,8 +78,8 @@ class SpeedTotals:
         return {
             "layers_per_token": lpt,
             "theoretical_speedup": self.num_layers / lpt,
-            # L / layers the batch ran per pass: below the per-token figure when a batch waits
-            # for its slowest token (CALM); equal for every schedule that shares one plan
+            # L / layers the batch ran per pass, unweighted: what the clock sees, since finished
+            # rows still occupy the batch (see the module docstring)
             "batch_speedup": self.num_layers * self.steps / self.batch_work
             if self.batch_work
             else 1.0,
@@ -83,6 +98,20 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b and b > 0 and not math.isnan(a) and not math.isnan(b) else None
 
 
+@dataclass
+class GenerationRun:
+    """Texts in input order, summed stats of the schedule and of the baseline, and the timing
+    of every repeat (seconds per batch)."""
+
+    texts: list[str]
+    main: SpeedTotals
+    base: SpeedTotals | None
+    repeats: int
+    # per batch, per repeat: decode and prefill seconds of the schedule and of the baseline
+    times: list[dict[str, list[float]]] = field(default_factory=list)
+    cost_split: dict[str, float] | None = None  # measured on the first batch (see core.costs)
+
+
 def generate_all(
     decoder: SkipDecoder,
     batches: list[list[int]],
@@ -92,18 +121,24 @@ def generate_all(
     gen: Mapping[str, Any],
     seed: int,
     warmup_batches: int,
-) -> tuple[list[str], SpeedTotals, SpeedTotals | None]:
-    """Generate every batch under ``schedule``; after each, time ``baseline`` on the same batch
-    for exactly the same number of decode steps (EOS stop off), so both do the same work apart
-    from the layers. Returns the texts (input order) and the summed stats of both."""
+    repeats: int = 1,
+) -> GenerationRun:
+    """Generate every batch under ``schedule`` and time it against ``baseline``.
+
+    Per batch, ``repeats`` rounds alternate the order, (schedule, baseline), (baseline,
+    schedule), ..., so neither profits from running second. The baseline decodes exactly as many
+    steps as the schedule ran (EOS stop off), so both do the same work apart from the layers.
+    Outputs and the layer accounting come from the first round (decoding is seeded, so every
+    round produces the same tokens); timings keep every round.
+    """
+    if repeats < 1:
+        raise ValueError(f"eval.speed.repeats={repeats!r} is not allowed: an integer >= 1")
     pad_id = decoder.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = decoder.tokenizer.eos_token_id
     texts = [""] * len(prompt_ids)
-    main, base = (
-        SpeedTotals(decoder.num_layers),
-        (SpeedTotals(decoder.num_layers) if baseline else None),
-    )
+    main = SpeedTotals(decoder.num_layers)
+    base = SpeedTotals(decoder.num_layers) if baseline is not None else None
     kwargs = dict(
         do_sample=bool(gen["do_sample"]),
         temperature=float(gen["temperature"]),
@@ -124,45 +159,124 @@ def generate_all(
                     decode_texts=False,
                     **kwargs,
                 )
+    run = GenerationRun(texts, main, base, repeats)
     for b, index in enumerate(batches):
         ids, mask = left_pad([prompt_ids[i] for i in index], pad_id)
-        out = decoder.generate(
-            ids, schedule, gen["max_new_tokens"], mask, seed=seed + b, stop_at_eos=stop, **kwargs
-        )
-        main.add(out.stats)
-        for i, text in zip(index, out.texts, strict=True):
-            texts[i] = text.strip()
-        if baseline is not None:
-            steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
-            ref = decoder.generate(
-                ids,
-                baseline,
-                steps,
-                mask,
-                seed=seed + b,
-                stop_at_eos=False,
-                decode_texts=False,
-                **kwargs,
-            )
-            base.add(ref.stats)
+        times: dict[str, list[float]] = {
+            "decode": [],
+            "prefill": [],
+            "base_decode": [],
+            "base_prefill": [],
+        }
+        steps = None
+        for r in range(repeats):
+            order = ("schedule", "baseline") if r % 2 == 0 else ("baseline", "schedule")
+            for who in order:
+                if who == "schedule":
+                    out = decoder.generate(
+                        ids,
+                        schedule,
+                        gen["max_new_tokens"],
+                        mask,
+                        seed=seed + b,
+                        stop_at_eos=stop,
+                        decode_texts=r == 0,
+                        **kwargs,
+                    )
+                    times["decode"].append(out.stats.decode_seconds)
+                    times["prefill"].append(out.stats.prefill_seconds)
+                    if r == 0:
+                        main.add(out.stats)
+                        for i, text in zip(index, out.texts, strict=True):
+                            texts[i] = text.strip()
+                        steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
+                        times["passes"] = [float(out.stats.decode_steps)]
+                elif baseline is not None:
+                    assert steps is not None  # round 0 runs the schedule first
+                    ref = decoder.generate(
+                        ids,
+                        baseline,
+                        steps,
+                        mask,
+                        seed=seed + b,
+                        stop_at_eos=False,
+                        decode_texts=False,
+                        **kwargs,
+                    )
+                    times["base_decode"].append(ref.stats.decode_seconds)
+                    times["base_prefill"].append(ref.stats.prefill_seconds)
+                    if r == 0:
+                        base.add(ref.stats)  # type: ignore[union-attr]
+        run.times.append(times)
+        if b == 0 and baseline is not None:
+            run.cost_split = step_cost_split(decoder, ids, mask, steps=5)
         log.info("batch %d/%d done", b + 1, len(batches))
-    return texts, main, base
+    # medians over repeats, summed over batches, for the totals' timing fields
+    main.decode_s = sum(statistics.median(t["decode"]) for t in run.times)
+    main.prefill_s = sum(statistics.median(t["prefill"]) for t in run.times)
+    if base is not None:
+        base.decode_s = sum(statistics.median(t["base_decode"]) for t in run.times)
+        base.prefill_s = sum(statistics.median(t["base_prefill"]) for t in run.times)
+    return run
 
 
-def speed_record(
-    main: SpeedTotals, base: SpeedTotals | None, baseline: str | None
-) -> dict[str, Any]:
+def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
+    """Speed section of the record (definitions in the module docstring)."""
+    main, base = run.main, run.base
     speed: dict[str, Any] = dict(main.summary())
     speed.update(baseline=None, measured_speedup_decode=None, measured_speedup_e2e=None)
     if baseline == "self":  # the evaluated schedule is the baseline: ratios are 1 by definition
         speed.update(
             baseline={"schedule": "self"}, measured_speedup_decode=1.0, measured_speedup_e2e=1.0
         )
-    elif base is not None:
-        ref = base.summary()
-        for key in ("layers_per_token", "theoretical_speedup", "mean_generated_length"):
-            ref.pop(key, None)  # the baseline decodes a fixed number of steps; these mean nothing
-        speed["baseline"] = {"schedule": baseline, "mode": "same batches, same decode steps", **ref}
-        speed["measured_speedup_decode"] = ratio(ref["decode_seconds"], speed["decode_seconds"])
-        speed["measured_speedup_e2e"] = ratio(ref["total_seconds"], speed["total_seconds"])
+        return speed
+    if base is None:
+        return speed
+    ref = base.summary()
+    for key in ("layers_per_token", "theoretical_speedup", "mean_generated_length"):
+        ref.pop(key, None)  # the baseline decodes a fixed number of steps; these mean nothing
+    speed["baseline"] = {"schedule": baseline, "mode": "same batches, same decode steps", **ref}
+    speed["measured_speedup_decode"] = ratio(ref["decode_seconds"], speed["decode_seconds"])
+    speed["measured_speedup_e2e"] = ratio(ref["total_seconds"], speed["total_seconds"])
+    per_repeat = [
+        ratio(sum(t["base_decode"][r] for t in run.times), sum(t["decode"][r] for t in run.times))
+        for r in range(run.repeats)
+    ]
+    speed["timing"] = {
+        "repeats": run.repeats,
+        "order": "interleaved per batch: (schedule, full), (full, schedule), ...",
+        "aggregation": "per-batch median over repeats, summed over batches",
+        "measured_speedup_decode_per_repeat": per_repeat,
+        "measured_speedup_decode_spread": [min(per_repeat), max(per_repeat)]
+        if all(x is not None for x in per_repeat)
+        else None,
+    }
+    speed["consistency"] = _consistency(run, speed)
     return speed
+
+
+def _consistency(run: GenerationRun, speed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Measured decode speedup against what the layers the batch ran predict.
+
+    ``measured_over_batch`` = measured decode speedup / batch speedup (1.0 if time were
+    proportional to layers run); ``ideal_speedup_decode`` is what the cost split of a step on
+    the first batch predicts once the work outside the layers is counted (as the benchmark
+    does); ``efficiency`` = measured / ideal.
+    """
+    measured, batch = speed.get("measured_speedup_decode"), speed.get("batch_speedup")
+    if measured is None or not batch or run.cost_split is None or run.base is None:
+        return None
+    first = run.times[0]
+    passes = first.get("passes", [0.0])[0]
+    if not passes or not first["base_decode"]:
+        return None
+    full_step = statistics.median(first["base_decode"]) / passes
+    layers_run = run.main.num_layers / batch
+    ideal = ideal_speedup(full_step, run.cost_split["non_layer_s"], run.main.num_layers, layers_run)
+    return {
+        "measured_over_batch": measured / batch,
+        "ideal_speedup_decode": ideal,
+        "efficiency": measured / ideal,
+        "full_step_ms_first_batch": 1000 * full_step,
+        "non_layer_ms_first_batch": 1000 * run.cost_split["non_layer_s"],
+    }

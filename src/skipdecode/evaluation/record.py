@@ -26,6 +26,7 @@ __all__ = [
     "RECORD_VERSION",
     "MINILM_SENTINEL",
     "metric_settings",
+    "per_input_scores",
     "check_bertscore",
     "summarize",
     "eval_provenance",
@@ -40,17 +41,40 @@ MINILM_SENTINEL = "minilm"  # eval.metrics.bertscore.model_type: the offline gt-
 
 
 def metric_settings(metrics_cfg: Mapping[str, Any], task_kind: str) -> dict[str, Any]:
+    """The ``eval.metrics`` config made concrete: ROUGE-Lsum for summaries, the local MiniLM
+    directory, and per-input ROUGE / BERTScore scores (for the paired bootstrap)."""
     settings = json.loads(json.dumps(metrics_cfg or {}))
-    rouge = settings.get("rouge")
-    if isinstance(rouge, dict) and rouge.get("summary") is None:
-        rouge["summary"] = task_kind == "summarization"  # adds rougeLsum
+    rouge = settings.get("rouge", {})
+    if rouge is True or rouge is None:
+        rouge = {}
+    if isinstance(rouge, dict):
+        if rouge.get("summary") is None:
+            rouge["summary"] = task_kind == "summarization"  # adds rougeLsum
+        rouge["per_example"] = True
+        settings["rouge"] = rouge
     bs = settings.get("bertscore")
+    if isinstance(bs, dict) and bs.get("enabled", True):
+        bs["per_example"] = True
     if isinstance(bs, dict) and bs.get("enabled", True) and bs.get("model_type") == MINILM_SENTINEL:
         bs["model_type"] = str(minilm_dir())
         bs.setdefault("num_layers", MINILM_NUM_LAYERS)
         if bs.get("num_layers") is None:
             bs["num_layers"] = MINILM_NUM_LAYERS
     return settings
+
+
+def per_input_scores(quality: dict[str, Any]) -> dict[str, list[float]]:
+    """Take the per-input scores out of ``quality`` (they go to ``generations.jsonl``, one per
+    row, not into the record): ``{"rougeL": [...], "bertscore_f1": [...], ...}``."""
+    out: dict[str, list[float]] = {}
+    rouge = quality.get("rouge") or {}
+    for rtype, values in (rouge.pop("per_example", None) or {}).items():
+        out[rtype] = list(values["f"])
+    bs = quality.get("bertscore") or {}
+    per = bs.pop("per_example", None)
+    if per:
+        out["bertscore_f1"] = list(per["f1"])
+    return out
 
 
 def check_bertscore(metrics_cfg: Mapping[str, Any]) -> None:

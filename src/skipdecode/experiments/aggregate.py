@@ -1,8 +1,9 @@
 """Gather a sweep's cells into its table and plots (and W&B); works on interrupted sweeps.
 
-``python -m skipdecode.aggregate SWEEP_DIR [--wandb]``: rebuilds ``results.csv``,
-``results.md`` and one ``quality_vs_speedup_<dataset>.png`` per dataset from the cells' files
-(:mod:`.table`, :mod:`.plots`).
+``python -m skipdecode.aggregate SWEEP_DIR [--wandb]``: rebuilds ``cells.csv``/``cells.md`` (one
+row per cell), ``results.csv``/``results.md`` (one row per model, dataset and schedule over its
+seeds, :mod:`.seeds`) and one ``quality_vs_speedup_<dataset>.png`` per dataset from the cells'
+files (:mod:`.table`, :mod:`.plots`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .plots import plot_sweep
+from .seeds import summarize_seeds
 from .table import COLUMNS, collect, write_tables
 
 log = logging.getLogger(__name__)
@@ -23,20 +25,22 @@ __all__ = ["aggregate", "log_wandb", "main"]
 
 
 def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
-    """Write results.csv, results.md and one PNG per dataset into ``sweep_dir``."""
+    """Write the cell table, the results table (means over seeds with intervals) and one PNG
+    per dataset into ``sweep_dir``; returns the rows, paths and counts of cells by status."""
     sweep_dir = Path(sweep_dir)
     rows = collect(sweep_dir)
-    csv_path, md_path = write_tables(rows, sweep_dir)
+    results = summarize_seeds(rows)
+    paths = write_tables(rows, results, sweep_dir)
     pngs: list[Path] = []
     if plots:
         try:
-            pngs = plot_sweep(rows, sweep_dir)
+            pngs = plot_sweep(results, sweep_dir)
         except Exception as e:  # a plot must never cost the table
             log.warning("plotting failed: %s", e)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
-    return {"rows": rows, "csv": csv_path, "markdown": md_path, "plots": pngs, "counts": counts}
+    return {"rows": rows, "results": results, **paths, "plots": pngs, "counts": counts}
 
 
 def log_wandb(result: Mapping[str, Any], wcfg: Mapping[str, Any], group: str | None) -> None:
@@ -82,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     result = aggregate(args.sweep_dir, plots=not args.no_plots)
     print(Path(result["markdown"]).read_text())
-    print(f"table: {result['csv']}  {result['markdown']}")
+    print(Path(result["cells_markdown"]).read_text())
+    print(f"tables: {result['csv']}  {result['markdown']}  {result['cells_csv']}")
     for png in result["plots"]:
         print(f"plot: {png}")
     print("cells: " + ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items())))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.costs import step_cost_split, time_call
 from ..core.engine import SkipDecoder
-from ..core.masks import decode_attention_mask
-from ..core.step import DecodeStep
 from ..io import write_json_atomic
 from ..provenance import provenance
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
@@ -42,54 +40,12 @@ __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"
 SPEEDUPS = (2, 3, 4, 5)
 
 
-def _time_once(fn: Callable[[], Any], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
-
-
 def _prompts(
     batch: int, prompt_len: int, vocab: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(4, vocab, (batch, prompt_len), generator=g)
     return ids.to(device), torch.ones_like(ids).to(device)
-
-
-def _cost_split(
-    dec: SkipDecoder, ids: torch.Tensor, mask: torch.Tensor, steps: int
-) -> dict[str, float]:
-    """Time of one decode step outside the layers, and of the LM head alone (seconds)."""
-    B, P = ids.shape
-    device = ids.device
-    cache = dec.new_cache(B, P + 1)
-    decode_mask = decode_attention_mask(mask, P + 1, dec.dtype)
-    with torch.no_grad():
-        logits = dec.prefill(ids, mask, cache)
-        token = logits.argmax(-1)
-        position = mask.sum(-1, keepdim=True)
-        hidden = dec.adapter.embed(token[:, None], position)
-        step = DecodeStep(
-            index=0,
-            token=token,
-            position=position,
-            live=torch.ones_like(token, dtype=torch.bool),
-            adapter=dec.adapter,
-            cache=cache,
-            cache_position=P,
-            attention_mask=decode_mask,
-        )
-
-        def no_layer_step():
-            return step.run(()).argmax(-1)
-
-        other = [_time_once(no_layer_step, device) for _ in range(steps)]
-        head = [_time_once(lambda: dec.adapter.head(hidden), device) for _ in range(steps)]
-    return {"non_layer_s": statistics.median(other), "head_s": statistics.median(head)}
 
 
 def bench_decode(
@@ -126,10 +82,10 @@ def bench_decode(
 
     def run_hf() -> dict[str, float]:
         with torch.no_grad():
-            prefill = _time_once(
+            prefill = time_call(
                 lambda: model(input_ids=ids, attention_mask=mask, use_cache=True), dev
             )
-            total = _time_once(
+            total = time_call(
                 lambda: model.generate(
                     input_ids=ids,
                     attention_mask=mask,
@@ -175,7 +131,7 @@ def bench_decode(
             "layers_per_token": runs[0]["layers_per_token"],
         }
 
-    split = _cost_split(dec, ids, mask, steps=max(5, 2 * repeats))
+    split = step_cost_split(dec, ids, mask, steps=max(5, 2 * repeats))
     full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
     other = min(split["non_layer_s"], full)
     per_layer = (full - other) / L
@@ -254,7 +210,7 @@ def bench_train(
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, (sched, slicing) in variants.items():
-            times[name].append(_time_once(lambda s=sched, sl=slicing: step(s, sl), dev))
+            times[name].append(time_call(lambda s=sched, sl=slicing: step(s, sl), dev))
     rows = {}
     full = statistics.median(times["full"])
     for name, ts in times.items():

@@ -1,7 +1,9 @@
 """Quality against speedup: one PNG per dataset, one line per model/method.
 
 Each figure has a row per speedup kind (theoretical, measured decode) and a column per metric
-(BLEU, ROUGE-L, BERT-F). Only finished cells (status ``ok``) are drawn; the table lists the rest.
+(BLEU, ROUGE-L, BERT-F). Points are results rows (means over seeds); error bars are the 95%
+seed intervals where a row has two or more seeds. Only finished rows (status ``ok``) are drawn;
+the tables list the rest.
 """
 
 from __future__ import annotations
@@ -30,14 +32,33 @@ def _line_label(row: Mapping[str, Any]) -> str:
     return f"{row.get('model')} ({method})"
 
 
+def _point(
+    row: Mapping[str, Any], sx: str, metric: str
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(speedup, mean, ci low, ci high) of a results row; (None, ...) when not drawable."""
+    x, y = _f(row.get(sx)), _f(row.get(f"{metric}_mean"))
+    if x is None or y is None:
+        return None, None, None, None
+    return x, y, _f(row.get(f"{metric}_ci95_low")), _f(row.get(f"{metric}_ci95_high"))
+
+
+def _errors(points: Sequence[tuple]) -> list[list[float]]:
+    """matplotlib's asymmetric ``yerr`` from (x, y, low, high); no bar where there is no CI."""
+    below = [y - low if low is not None else 0.0 for _, y, low, _ in points]
+    above = [high - y if high is not None else 0.0 for _, y, _, high in points]
+    return [below, above]
+
+
 def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> Path:
-    """Draw one dataset's cells into ``out`` (PNG)."""
+    """Draw one dataset's results rows into ``out`` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = [m for m in METRICS if any(_f(r.get(m[0])) is not None for r in rows)] or [METRICS[0]]
+    metrics = [m for m in METRICS if any(_f(r.get(f"{m[0]}_mean")) is not None for r in rows)] or [
+        METRICS[0]
+    ]
     fig, axes = plt.subplots(
         len(SPEEDUPS),
         len(metrics),
@@ -59,22 +80,29 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
             ax = axes[i][j]
             for label, pts in sorted(lines.items()):
                 xy = sorted(
-                    (_f(p.get(sx)), _f(p.get(metric)))
-                    for p in pts
-                    if _f(p.get(sx)) is not None and _f(p.get(metric)) is not None
+                    _point(p, sx, metric) for p in pts if _point(p, sx, metric)[0] is not None
                 )
                 if xy:
-                    ax.plot([a for a, _ in xy], [b for _, b in xy], marker="o", label=label)
+                    ax.errorbar(
+                        [p[0] for p in xy],
+                        [p[1] for p in xy],
+                        yerr=_errors(xy),
+                        marker="o",
+                        capsize=3,
+                        label=label,
+                    )
             for base in baselines:
-                x, y = _f(base.get(sx)), _f(base.get(metric))
-                if x is not None and y is not None:
-                    ax.plot(
+                x, y, low, high = _point(base, sx, metric)
+                if x is not None:
+                    ax.errorbar(
                         [x],
                         [y],
+                        yerr=_errors([(x, y, low, high)]),
                         marker="*",
                         markersize=12,
                         color="black",
                         linestyle="none",
+                        capsize=3,
                         label=_line_label(base) if (i, j) == (0, 0) else None,
                     )
             ax.set_xlabel(sx_label, fontsize=8)
@@ -93,7 +121,7 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
 
 
 def plot_sweep(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
-    """One ``quality_vs_speedup_<dataset>.png`` per dataset with at least one finished cell."""
+    """One ``quality_vs_speedup_<dataset>.png`` per dataset with at least one finished row."""
     out_dir = Path(out_dir)
     done = [r for r in rows if r.get("status") == "ok"]
     paths = []

@@ -92,6 +92,7 @@ def _labels(c: Mapping[str, Any]) -> dict[str, Any]:
         "schedule": choices.get("schedule") or sched.get("name"),
         "target_speedup": float(target) if target is not None else None,
         "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched.get("name")),
+        "seed": c.get("seed"),
     }
 
 
@@ -325,7 +326,8 @@ class AggregateCallback(_HydraCallback):  # type: ignore[misc]
         result = aggregate(sweep_dir)
         if self.print_table:
             print(Path(result["markdown"]).read_text(), flush=True)
-            print(f"table: {result['csv']}  {result['markdown']}")
+            print(Path(result["cells_markdown"]).read_text(), flush=True)
+            print(f"tables: {result['csv']}  {result['markdown']}  {result['cells_csv']}")
             for png in result["plots"]:
                 print(f"plot: {png}")
             print(

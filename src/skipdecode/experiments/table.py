@@ -1,4 +1,7 @@
-"""A sweep's table: one row per cell (CSV + Markdown), built from the cells' records on disk.
+"""A sweep's tables, built from the cells' files on disk: ``cells.csv``/``cells.md`` (one row
+per cell, i.e. per model, dataset, schedule and seed) and ``results.csv``/``results.md`` (one
+row per model, dataset and schedule: means over seeds with 95% intervals and the paired
+difference against ``full``, from :mod:`.seeds`).
 
 A sweep directory holds one job folder
 per cell (Hydra's ``<sweep dir>/<job num>``) with a ``cell.json`` written by
@@ -19,20 +22,41 @@ from typing import Any
 
 from ..io import read_json_or_none, write_text_atomic
 
-__all__ = ["COLUMNS", "CELL_FILE", "PLAN_FILE", "collect", "format_markdown", "write_tables", "num"]
+__all__ = [
+    "COLUMNS",
+    "RESULT_COLUMNS",
+    "CELL_FILE",
+    "PLAN_FILE",
+    "collect",
+    "format_markdown",
+    "format_results_markdown",
+    "write_tables",
+    "num",
+]
 
 CELL_FILE = "cell.json"
 PLAN_FILE = "plan.json"
 TABLE_CSV = "results.csv"
 TABLE_MD = "results.md"
+CELLS_CSV = "cells.csv"
+CELLS_MD = "cells.md"
+QUALITY = ("bleu", "rougeL", "bertscore_f1")
+SPEEDS = (
+    "theoretical_speedup",
+    "batch_speedup",
+    "measured_speedup_decode",
+    "measured_speedup_e2e",
+)
 
-#: Table columns, in order. Quality on the libraries' scales (BLEU 0-100, ROUGE/BERTScore 0-1).
+#: Cell table columns, in order. Quality on the libraries' scales (BLEU 0-100, ROUGE/BERTScore
+#: 0-1).
 COLUMNS: tuple[str, ...] = (
     "status",
     "dataset",
     "model",
     "schedule",
     "method",
+    "seed",
     "target_speedup",
     "theoretical_speedup",
     "batch_speedup",
@@ -47,6 +71,23 @@ COLUMNS: tuple[str, ...] = (
     "cell_id",
     "error",
 )
+#: Results table columns (one row per model, dataset and schedule), in order.
+RESULT_COLUMNS: tuple[str, ...] = (
+    "status",
+    "dataset",
+    "model",
+    "schedule",
+    "method",
+    "target_speedup",
+    "n_seeds",
+    *SPEEDS,
+    *(f"{m}_{part}" for m in QUALITY for part in ("mean", "ci95_low", "ci95_high")),
+    *(f"{m}_{part}" for m in QUALITY for part in ("delta", "delta_ci95_low", "delta_ci95_high")),
+    "tokens_per_second",
+    "mean_generated_length",
+    "seeds",
+    "error",
+)
 _MD_HEADERS = {
     "target_speedup": "target",
     "theoretical_speedup": "theor. speedup",
@@ -58,8 +99,9 @@ _MD_HEADERS = {
     "bertscore_f1": "BERT-F",
     "tokens_per_second": "tok/s",
     "mean_generated_length": "mean len",
+    "n_seeds": "seeds",
 }
-_MD_SKIP = ("cell_id",)
+_MD_SKIP = ("cell_id", "record")
 
 
 def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,6 +117,7 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
                 "schedule",
                 "method",
                 "target_speedup",
+                "seed",
                 "cell_id",
                 "error",
             )
@@ -94,6 +137,9 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
             for key in COLUMNS:
                 if key in summary:
                     row[key] = summary[key]
+            row["record"] = str(cell.get("record"))
+            if row["seed"] is None:  # cells written before the seed was a label
+                row["seed"] = (record.get("config") or {}).get("seed")
     if row["error"]:
         row["error"] = str(row["error"]).strip().splitlines()[-1][:200]
     return row
@@ -173,13 +219,83 @@ def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_tables(rows: Sequence[Mapping[str, Any]], out_dir: Path) -> tuple[Path, Path]:
+def _interval(row: Mapping[str, Any], metric: str, kind: str) -> str:
+    """``mean [low, high]`` (kind ``mean``) or ``+delta [low, high]`` (kind ``delta``)."""
+    stem = f"{metric}_mean" if kind == "mean" else f"{metric}_delta"
+    bounds = f"{metric}_ci95" if kind == "mean" else f"{metric}_delta_ci95"
+    value = num(row.get(stem))
+    if value is None:
+        return ""
+    low, high = num(row.get(f"{bounds}_low")), num(row.get(f"{bounds}_high"))
+    spec = ("+" if kind == "delta" else "") + (".2f" if metric == "bleu" else ".4f")
+    text = format(value, spec)
+    if low is not None and high is not None:
+        text += f" [{format(low, spec)}, {format(high, spec)}]"
+    return text
+
+
+_RESULT_MD: tuple[tuple[str, str], ...] = (
+    ("status", "status"),
+    ("dataset", "dataset"),
+    ("model", "model"),
+    ("schedule", "schedule"),
+    ("method", "method"),
+    ("n_seeds", "seeds"),
+    ("theoretical_speedup", "theor. speedup"),
+    ("batch_speedup", "batch speedup"),
+    ("measured_speedup_decode", "measured (decode)"),
+    ("measured_speedup_e2e", "measured (e2e)"),
+    ("bleu", "BLEU [95% CI]"),
+    ("bleu_delta", "ΔBLEU vs full [95% CI]"),
+    ("rougeL", "ROUGE-L [95% CI]"),
+    ("rougeL_delta", "ΔROUGE-L"),
+    ("bertscore_f1", "BERT-F [95% CI]"),
+    ("bertscore_f1_delta", "ΔBERT-F"),
+    ("error", "error"),
+)
+
+
+def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The results table: quality as ``mean [95% CI]`` over seeds and ``delta [95% CI]`` of the
+    paired bootstrap against ``full``; speedups as means over seeds."""
+    lines = [
+        "| " + " | ".join(label for _, label in _RESULT_MD) + " |",
+        "|" + "|".join("---" for _ in _RESULT_MD) + "|",
+    ]
+    for row in rows:
+        cells = []
+        for key, _ in _RESULT_MD:
+            if key in QUALITY:
+                cells.append(_interval(row, key, "mean"))
+            elif key.endswith("_delta"):
+                cells.append(_interval(row, key[: -len("_delta")], "delta"))
+            else:
+                cells.append(_fmt(key, row.get(key)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore")
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
-    csv_path, md_path = out_dir / TABLE_CSV, out_dir / TABLE_MD
-    write_text_atomic(csv_path, buf.getvalue())
-    write_text_atomic(md_path, format_markdown(rows))
-    return csv_path, md_path
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def write_tables(
+    cells: Sequence[Mapping[str, Any]], results: Sequence[Mapping[str, Any]], out_dir: Path
+) -> dict[str, Path]:
+    """Write the cell table and the results table (CSV + Markdown each), atomically."""
+    paths = {
+        "csv": out_dir / TABLE_CSV,
+        "markdown": out_dir / TABLE_MD,
+        "cells_csv": out_dir / CELLS_CSV,
+        "cells_markdown": out_dir / CELLS_MD,
+    }
+    write_text_atomic(paths["cells_csv"], _csv(cells, COLUMNS))
+    write_text_atomic(paths["cells_markdown"], format_markdown(cells))
+    write_text_atomic(paths["csv"], _csv(results, RESULT_COLUMNS))
+    write_text_atomic(paths["markdown"], format_results_markdown(results))
+    return paths

@@ -204,20 +204,29 @@ class StaticSchedule(Schedule):
         return mask
 
     def mean_layers(self, lengths: Sequence[int]) -> float:
-        """Mean layers run per generated token over sequences of the given lengths."""
+        """Mean layers per generated token over sequences of ``lengths`` generated tokens.
+
+        The one accounting of skipdecode (engine, target rule, records): a generated token
+        costs the layers of the decode pass that produced it. Token 0 comes from the prefill
+        (the prompt runs every layer for every schedule, so it is prompt work, not counted);
+        token ``g >= 1`` comes from decode pass ``g - 1``, which runs ``budget(g - 1)`` layers.
+        A sequence of ``n`` tokens therefore counts ``n - 1`` decode passes.
+        """
         lengths = [int(n) for n in lengths]
         require(
-            len(lengths) > 0 and all(n >= 0 for n in lengths) and sum(lengths) > 0,
+            len(lengths) > 0
+            and all(n >= 0 for n in lengths)
+            and sum(max(0, n - 1) for n in lengths) > 0,
             "lengths",
             lengths,
-            "need at least one generated token and no negative lengths",
+            "need at least one token from a decode pass (a length >= 2) and no negative lengths",
         )
-        longest = max(lengths)
-        per_step = self.budgets(range(longest)).tolist()
+        passes = [max(0, n - 1) for n in lengths]
+        per_step = self.budgets(range(max(passes))).tolist()
         prefix = [0]
         for b in per_step:
             prefix.append(prefix[-1] + b)
-        return sum(prefix[n] for n in lengths) / sum(lengths)
+        return sum(prefix[n] for n in passes) / sum(passes)
 
     def theoretical_speedup(self, lengths: Sequence[int]) -> float:
         """``num_layers / mean layers per generated token`` (the paper's speedup)."""

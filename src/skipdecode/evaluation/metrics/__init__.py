@@ -43,7 +43,7 @@ _SECTION_KEYS: dict[str, set[str]] = {
         "smooth_value",
         "effective_order",
     },
-    "rouge": {"enabled", "types", "use_stemmer", "summary"},
+    "rouge": {"enabled", "types", "use_stemmer", "summary", "per_example"},
     "bertscore": {
         "enabled",
         "model_type",

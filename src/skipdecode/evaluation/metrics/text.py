@@ -117,12 +117,14 @@ def rouge(
     types: Sequence[str] = ROUGE_DEFAULT_TYPES,
     use_stemmer: bool = True,
     summary: bool = False,
+    per_example: bool = False,
 ) -> dict[str, Any]:
     """ROUGE F/P/R (rouge-score), macro-averaged over examples.
 
     Multiple references: per example and per type, the reference with the highest F-measure is
     used (``RougeScorer.score_multi``). ``summary=True`` adds ``rougeLsum`` (summary-level LCS over
-    sentences split on ``\\n``). Returns ``{type: {"f","p","r"}, ..., "settings": {...}}``.
+    sentences split on ``\\n``). Returns ``{type: {"f","p","r"}, ..., "settings": {...}}``, and
+    with ``per_example`` each input's F per type (``{"per_example": {type: {"f": [...]}}}``).
     """
     import importlib.metadata as md
 
@@ -134,10 +136,12 @@ def rouge(
         rtypes.append("rougeLsum")
     scorer = rouge_scorer.RougeScorer(rtypes, use_stemmer=use_stemmer)
     sums = {t: [0.0, 0.0, 0.0] for t in rtypes}
+    per_f: dict[str, list[float]] = {t: [] for t in rtypes}
     for h, group in zip(hyps, refs, strict=True):
         best = scorer.score_multi(group, h)
         for t in rtypes:
             s = best[t]
+            per_f[t].append(s.fmeasure)
             sums[t][0] += s.fmeasure
             sums[t][1] += s.precision
             sums[t][2] += s.recall
@@ -159,4 +163,6 @@ def rouge(
         "aggregation": "mean over examples",
         "references_per_example": ref_count_summary(refs),
     }
+    if per_example:
+        out["per_example"] = {t: {"f": per_f[t]} for t in rtypes}
     return out

@@ -1,0 +1,73 @@
+"""Where the time of one decode pass goes: a wall-clock timer and the cost split of a step.
+
+A step that runs ``m`` of ``L`` layers ideally costs ``t_other + m * t_layer``, with ``t_other``
+the time outside the decoder layers (embedding, final norm, LM head, token choice, bookkeeping),
+measured by running the same step with no layers, and ``t_layer = (t_full - t_other) / L``. The
+benchmark and the evaluation's consistency check both use this split.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .engine import SkipDecoder
+from .masks import decode_attention_mask
+from .step import DecodeStep
+
+__all__ = ["time_call", "step_cost_split", "ideal_speedup"]
+
+
+def time_call(fn: Callable[[], Any], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+def step_cost_split(
+    dec: SkipDecoder, ids: torch.Tensor, mask: torch.Tensor, steps: int
+) -> dict[str, float]:
+    """Time of one decode step outside the layers, and of the LM head alone (seconds)."""
+    B, P = ids.shape
+    device = ids.device
+    cache = dec.new_cache(B, P + 1)
+    decode_mask = decode_attention_mask(mask, P + 1, dec.dtype)
+    with torch.no_grad():
+        logits = dec.prefill(ids, mask, cache)
+        token = logits.argmax(-1)
+        position = mask.sum(-1, keepdim=True)
+        hidden = dec.adapter.embed(token[:, None], position)
+        step = DecodeStep(
+            index=0,
+            token=token,
+            position=position,
+            live=torch.ones_like(token, dtype=torch.bool),
+            adapter=dec.adapter,
+            cache=cache,
+            cache_position=P,
+            attention_mask=decode_mask,
+        )
+
+        def no_layer_step():
+            return step.run(()).argmax(-1)
+
+        other = [time_call(no_layer_step, device) for _ in range(steps)]
+        head = [time_call(lambda: dec.adapter.head(hidden), device) for _ in range(steps)]
+    return {"non_layer_s": statistics.median(other), "head_s": statistics.median(head)}
+
+
+def ideal_speedup(
+    full_step_s: float, non_layer_s: float, num_layers: int, layers_run: float
+) -> float:
+    """Decode speedup of a pass running ``layers_run`` of ``num_layers`` layers if every layer
+    cost the same and the work outside the layers stayed as measured."""
+    per_layer = max(0.0, full_step_s - non_layer_s) / num_layers
+    return full_step_s / (non_layer_s + layers_run * per_layer)

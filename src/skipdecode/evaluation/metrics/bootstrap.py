@@ -1,0 +1,141 @@
+"""Paired bootstrap over test inputs: how sure is a difference between two systems?
+
+``paired_bootstrap(pairs, references, ...)`` compares a system with a baseline decoded on the
+same inputs (one pair of output lists per training seed). Each of ``resamples`` draws picks the
+inputs with replacement, once for every seed (the inputs are shared), and computes, for every
+metric, the mean over seeds of (system - baseline) on that draw. The result is the observed
+difference and the 2.5th / 97.5th percentiles of the drawn differences.
+
+- BLEU is a corpus metric: each draw recomputes corpus BLEU from the drawn inputs' sufficient
+  statistics, exactly as sacrebleu's paired bootstrap (``sacrebleu.significance``, after
+  Koehn 2004 and Moses' ``bootstrap-hypothesis-difference-significance.pl``) does, with the same
+  multi-reference handling as :func:`~.text.bleu`.
+- ROUGE-L and BERTScore F1 are means of per-input scores (as recorded in ``generations.jsonl``),
+  so each draw is a mean of the drawn inputs' differences.
+
+With one seed this is the standard paired bootstrap; with several it also averages over the
+seeds' models, but its interval covers only the test-set sampling, not training-seed variation
+(the seed interval in the results table covers that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .references import MetricSettingError, normalize_references
+
+__all__ = ["SystemPair", "paired_bootstrap", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED"]
+
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 12345  # sacrebleu's default seed for its bootstrap
+
+
+@dataclass
+class SystemPair:
+    """One seed's outputs of the system and of the baseline on the same inputs, in input order,
+    with their per-input scores (``{"rougeL": [...], "bertscore_f1": [...]}``)."""
+
+    system: list[str]
+    baseline: list[str]
+    system_scores: Mapping[str, Sequence[float]]
+    baseline_scores: Mapping[str, Sequence[float]]
+
+
+def _bleu_stats(
+    hypotheses: list[str], references: list[list[str]], settings: Mapping[str, Any]
+) -> tuple[Any, np.ndarray]:
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(
+        tokenize=settings.get("tokenize", "13a"),
+        lowercase=bool(settings.get("lowercase", False)),
+        smooth_method=settings.get("smooth_method", "exp"),
+        smooth_value=settings.get("smooth_value"),
+        effective_order=bool(settings.get("effective_order", False)),
+    )
+    n_streams = max(len(r) for r in references)
+    streams = [[r[k] if k < len(r) else None for r in references] for k in range(n_streams)]
+    stats = metric._extract_corpus_statistics(hypotheses, streams)  # as sacrebleu's own test
+    return metric, np.asarray(stats, dtype=np.float64)
+
+
+def _interval(observed: float, draws: np.ndarray) -> dict[str, float]:
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return {"delta": float(observed), "ci95_low": float(low), "ci95_high": float(high)}
+
+
+def paired_bootstrap(
+    pairs: Sequence[SystemPair],
+    references: Sequence[Sequence[str]],
+    *,
+    bleu_settings: Mapping[str, Any] | None = None,
+    metrics: Sequence[str] = ("bleu", "rougeL", "bertscore_f1"),
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
+    """``{metric: {"delta", "ci95_low", "ci95_high"}}`` of system - baseline (see module doc),
+    plus the settings. A per-input metric missing from any pair's scores is left out."""
+    if not pairs:
+        raise MetricSettingError("paired_bootstrap needs at least one (system, baseline) pair")
+    if resamples < 1:
+        raise MetricSettingError(f"bootstrap resamples={resamples!r}; allowed: an integer >= 1")
+    _, refs = normalize_references(pairs[0].system, references, where="paired_bootstrap")
+    n = len(refs)
+    for i, pair in enumerate(pairs):
+        if len(pair.system) != n or len(pair.baseline) != n:
+            raise MetricSettingError(
+                f"paired_bootstrap: pair {i} has {len(pair.system)} system and "
+                f"{len(pair.baseline)} baseline outputs for {n} inputs; they must match"
+            )
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    out: dict[str, Any] = {}
+    if "bleu" in metrics:
+        settings = dict(bleu_settings or {})
+        observed, draws = 0.0, np.zeros(resamples)
+        for pair in pairs:
+            metric, sys_stats = _bleu_stats(pair.system, refs, settings)
+            _, base_stats = _bleu_stats(pair.baseline, refs, settings)
+            observed += (
+                metric._compute_score_from_stats(sys_stats.sum(0).tolist()).score
+                - metric._compute_score_from_stats(base_stats.sum(0).tolist()).score
+            )
+            sys_draws = sys_stats[idx].sum(1)  # (resamples, n_stats)
+            base_draws = base_stats[idx].sum(1)
+            draws += np.array(
+                [
+                    metric._compute_score_from_stats(a.tolist()).score
+                    - metric._compute_score_from_stats(b.tolist()).score
+                    for a, b in zip(sys_draws, base_draws, strict=True)
+                ]
+            )
+        out["bleu"] = _interval(observed / len(pairs), draws / len(pairs))
+    for name in metrics:
+        if name == "bleu":
+            continue
+        if not all(name in p.system_scores and name in p.baseline_scores for p in pairs):
+            continue
+        diffs = np.stack(
+            [
+                np.asarray(p.system_scores[name], dtype=np.float64)
+                - np.asarray(p.baseline_scores[name], dtype=np.float64)
+                for p in pairs
+            ]
+        ).mean(0)  # (n,): per input, mean over seeds
+        if diffs.shape != (n,):
+            raise MetricSettingError(
+                f"paired_bootstrap: per-input {name} scores must have {n} values"
+            )
+        out[name] = _interval(float(diffs.mean()), diffs[idx].mean(1))
+    out["settings"] = {
+        "resamples": resamples,
+        "seed": seed,
+        "pairs": len(pairs),
+        "inputs": n,
+        "interval": "2.5th-97.5th percentile of resampled differences",
+        "bleu": "corpus BLEU recomputed from resampled sufficient statistics (sacrebleu)",
+    }
+    return out

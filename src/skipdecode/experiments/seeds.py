@@ -1,0 +1,154 @@
+"""From cells to results: one row per (dataset, model, schedule) over its seeds.
+
+For every quality metric a row holds the mean over seeds and its 95% confidence interval
+(Student's t with ``n - 1`` degrees of freedom over the per-seed scores: training-seed variation),
+and the paired difference against the ``full`` schedule of the same model and dataset, from a
+paired bootstrap over the test inputs of the seeds both have
+(:func:`skipdecode.evaluation.metrics.bootstrap.paired_bootstrap`: test-set variation). Speedups,
+tokens/s and lengths are means over seeds. With one seed there is no seed interval; say so rather
+than read one into the numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
+from ..io import read_json_or_none, read_jsonl
+from .table import QUALITY, SPEEDS, num
+
+log = logging.getLogger(__name__)
+
+__all__ = ["mean_ci95", "summarize_seeds"]
+
+_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
+_MEANS = (*SPEEDS, "tokens_per_second", "mean_generated_length")
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
+    """(mean, low, high): the mean and its two-sided 95% t-interval; no interval below 2 values."""
+    xs = [float(v) for v in values if num(v) is not None]
+    if not xs:
+        return None, None, None
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return mean, None, None
+    from scipy.stats import t
+
+    half = float(t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / len(xs) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def _generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The cell's generation rows (input order) and its BLEU settings, or None if unreadable."""
+    record = read_json_or_none(cell.get("record") or "")
+    if not record:
+        return None
+    name = (record.get("files") or {}).get("generations", "generations.jsonl")
+    path = Path(str(cell["record"])).parent / name
+    if not path.is_file():
+        return None
+    rows = sorted(read_jsonl(path), key=lambda r: r.get("index", 0))
+    bleu = ((record.get("quality") or {}).get("bleu") or {}).get("settings") or {}
+    return rows, bleu
+
+
+def _paired(
+    cells: Sequence[Mapping[str, Any]], baselines: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """Paired bootstrap of ``cells`` against the baseline cells of the same seeds."""
+    by_seed = {str(b.get("seed")): b for b in baselines}
+    pairs, references, settings = [], None, {}
+    for cell in cells:
+        base = by_seed.get(str(cell.get("seed")))
+        if base is None:
+            continue
+        mine, theirs = _generations(cell), _generations(base)
+        if mine is None or theirs is None:
+            continue
+        (rows, settings), (base_rows, _) = mine, theirs
+        if [r["input"] for r in rows] != [r["input"] for r in base_rows]:
+            log.warning("cells %s and %s scored different inputs; no paired test", cell, base)
+            continue
+        references = [r["references"] for r in rows]
+        names = (
+            set.intersection(*[set(r.get("scores") or {}) for r in rows + base_rows])
+            if rows
+            else set()
+        )
+        pairs.append(
+            SystemPair(
+                system=[r["output"] for r in rows],
+                baseline=[r["output"] for r in base_rows],
+                system_scores={n: [r["scores"][n] for r in rows] for n in names},
+                baseline_scores={n: [r["scores"][n] for r in base_rows] for n in names},
+            )
+        )
+    if not pairs or references is None:
+        return None
+    return paired_bootstrap(pairs, references, bleu_settings=settings, metrics=QUALITY)
+
+
+def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One results row per (dataset, model, schedule) from the cell rows (see module doc)."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for cell in cells:
+        if cell.get("dataset") is None and cell.get("schedule") is None:
+            continue  # a pending cell that never started: it has no labels yet
+        groups.setdefault(tuple(cell.get(k) for k in _GROUP), []).append(cell)
+    full = {
+        (key[0], key[1]): [c for c in members if c.get("status") == "ok"]
+        for key, members in groups.items()
+        if key[3] == "full"
+    }
+    results = []
+    for key, members in groups.items():
+        ok = [c for c in members if c.get("status") == "ok"]
+        row: dict[str, Any] = dict(zip(_GROUP, key, strict=True))
+        row["n_seeds"] = len(ok)
+        row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in ok))
+        if not ok:
+            row["status"] = members[0].get("status")
+            row["error"] = members[0].get("error")
+            results.append(row)
+            continue
+        row["status"] = "ok"
+        missing = [c for c in members if c.get("status") != "ok"]
+        if missing:
+            row["error"] = f"{len(missing)} more cell(s) not ok: " + ", ".join(
+                f"seed {c.get('seed')} {c.get('status')}" for c in missing
+            )
+        for metric in QUALITY:
+            mean, low, high = mean_ci95([c.get(metric) for c in ok])
+            row[f"{metric}_mean"], row[f"{metric}_ci95_low"], row[f"{metric}_ci95_high"] = (
+                mean,
+                low,
+                high,
+            )
+        for key_ in _MEANS:
+            row[key_] = mean_ci95([c.get(key_) for c in ok])[0]
+        baselines = full.get((key[0], key[1])) or []
+        if key[3] != "full" and baselines:
+            paired = _paired(ok, baselines)
+            for metric in QUALITY:
+                d = (paired or {}).get(metric)
+                if d:
+                    row[f"{metric}_delta"] = d["delta"]
+                    row[f"{metric}_delta_ci95_low"] = d["ci95_low"]
+                    row[f"{metric}_delta_ci95_high"] = d["ci95_high"]
+        results.append(row)
+    return sorted(
+        results,
+        key=lambda r: (
+            str(r.get("dataset")),
+            str(r.get("model")),
+            r.get("method") != "full",
+            num(r.get("target_speedup")) or 0.0,
+            str(r.get("method")),
+            str(r.get("schedule")),
+        ),
+    )
