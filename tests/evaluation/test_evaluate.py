@@ -25,11 +25,11 @@ def _cfg(checkpoint, out, *extra):
         [
             f"checkpoint={checkpoint}",
             f"output_dir={out}",
-            "data.limit=6",
+            "eval.limit=6",
             "eval=fast",
             "eval.generation.batch_size=4",
             "eval.generation.max_new_tokens=12",
-            "threads=1",  # robust timings on a shared machine (no thread oversubscription)
+            "eval.threads=1",  # robust timings on a shared machine (no thread oversubscription)
             *extra,
         ],
     )
@@ -121,7 +121,7 @@ def test_bertscore_with_local_minilm(model_dir, tmp_path):
             model_dir,
             tmp_path,
             "eval.metrics.bertscore.enabled=true",
-            "data.limit=3",
+            "eval.limit=3",
             "eval.speed.baseline=null",
         )
     )
@@ -175,7 +175,42 @@ def test_wandb_offline_summary_and_table(model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     evaluate(
-        _cfg(model_dir, tmp_path, "wandb.enabled=true", "data.limit=2", "eval.speed.baseline=null")
+        _cfg(model_dir, tmp_path, "wandb.enabled=true", "eval.limit=2", "eval.speed.baseline=null")
     )
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_unused_and_moved_keys_are_refused(model_dir, tmp_path):
+    cfg = _cfg(model_dir, tmp_path, "+data.split=validation")
+    with pytest.raises(EvaluationError, match=r"data\.split \(use eval\.split\)"):
+        evaluate(cfg)
+    with pytest.raises(EvaluationError, match=r"unused config key\(s\) \['eval\.limt'\]"):
+        evaluate(_cfg(model_dir, tmp_path, "+eval.limt=3"))
+
+
+def test_eval_keys_are_honoured_and_bleu_follows_the_dataset_convention(model_dir, tmp_path):
+    record = evaluate(
+        _cfg(model_dir, tmp_path, "eval.split=validation", "eval.limit=3", "eval.threads=1")
+    )
+    assert record["data"]["split"] == "validation" and record["data"]["num_inputs"] == 3
+    assert record["provenance"]["torch_num_threads"] == 1
+    bleu = record["quality"]["bleu"]
+    # synthetic is E2E-shaped: BLEU as the E2E script computes it, case-insensitive
+    assert bleu["settings"]["lowercase"] is True and "case:lc" in bleu["signature"]
+    assert "mteval-v13a" in bleu["settings"]["convention"]
+    override = evaluate(
+        _cfg(model_dir, tmp_path / "cs", "eval.limit=3", "eval.metrics.bleu.lowercase=false")
+    )
+    assert override["quality"]["bleu"]["settings"]["lowercase"] is False
+
+
+def test_expected_length_never_comes_from_the_scored_split(tmp_path):
+    model = make_exported_dir(tmp_path / "m")
+    meta_file = model / "skipdecode.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["expected_length"]
+    meta_file.write_text(json.dumps(meta))
+    record = evaluate(_cfg(model, tmp_path / "out", "schedule=target_2x"))
+    source = record["schedule"]["expected_length_source"]
+    assert "validation" in source and "test" not in source

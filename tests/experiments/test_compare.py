@@ -56,3 +56,6 @@ def test_every_method_trains_evaluates_and_aggregates(tmp_path):
     assert calm["speed"]["batch_speedup"] <= calm["speed"]["theoretical_speedup"] + 1e-9
     adaptive = records["adaptive"]
     assert adaptive["schedule"]["max_layers"] >= adaptive["schedule"]["min_layers"]
+    # its confidence-to-budget map was calibrated to 2x on validation prompts, and recorded
+    assert adaptive["schedule"]["calibration"]["split"] == "validation"
+    assert adaptive["schedule"]["sharpness"] == adaptive["schedule"]["calibration"]["sharpness"]

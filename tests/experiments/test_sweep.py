@@ -142,7 +142,7 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
                 f"checkpoint={ckpt}",
                 f"output_dir={tmp_path / 'from_ckpt'}",
                 "eval=fast",
-                "data.limit=2",
+                "eval.limit=2",
                 "eval.generation.max_new_tokens=4",
                 "eval.speed.baseline=null",
             ],

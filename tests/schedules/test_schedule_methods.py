@@ -111,6 +111,37 @@ def test_adaptive_budgets_never_increase_and_decode_equals_teacher_forced(family
     )
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_adaptive_shipped_mapping_calibrates_to_its_target_and_stays_exact(family):
+    dec = SkipDecoder(FAMILIES[family]())
+    ids, mask = left_padded_batch(LENGTHS)
+    schedule = build_schedule({"name": "adaptive", "target_speedup": 2}, L, expected_length=12)
+    assert schedule.needs_calibration and schedule.sharpness is None
+    with pytest.raises(ValueError, match="calibrate it first"):
+        dec.generate(ids, schedule, 12, mask)
+    tuned, info = schedule.calibrate(dec, ids, mask, 12, iterations=10)
+    assert not tuned.needs_calibration and info["sharpness"] == tuned.sharpness
+    # the shipped mapping at its default sharpness (1) barely skips on an unconfident model;
+    # calibration moves the achieved speedup to the target
+    default = dec.generate(ids, schedule.with_sharpness(1.0), 12, mask, eos_token_id=[])
+    out = dec.generate(ids, tuned, 12, mask, eos_token_id=[], return_logits=True)
+    assert out.stats.theoretical_speedup == pytest.approx(info["theoretical_speedup"])
+    assert abs(info["theoretical_speedup"] - 2) < abs(default.stats.theoretical_speedup - 2)
+    assert abs(info["theoretical_speedup"] - 2) < 0.35, info
+    budgets = out.stats.budgets
+    assert all(a >= b for a, b in zip(budgets, budgets[1:]))
+    replay = BudgetSchedule(L, 1, budgets)
+    lm = position_layer_mask(replay, torch.full((4,), ids.shape[1]), ids.shape[1] + 12)
+    torch.testing.assert_close(
+        out.step_logits, _teacher_forced(dec, out, mask, lm), atol=ATOL, rtol=0
+    )
+    # training draws budget sequences as long as the expected generation length
+    assert (
+        schedule.training_plan(torch.Generator().manual_seed(0)).describe()["budgets"].__len__()
+        == 12
+    )
+
+
 def test_adaptive_mapping_and_training_schedules():
     p = AdaptiveSchedule(24, 1, 18, 4, target_mean=12)
     assert p.budget_for_confidence(1.0) == 4 and p.budget_for_confidence(0.0) == 18

@@ -42,6 +42,10 @@ class TaskSpec:
     local_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     splits: tuple[str, ...] = SPLITS
     description: str = ""
+    # BLEU casing of the dataset's official evaluation (E2E's script runs mteval-v13a without -c:
+    # case-insensitive); ``eval.metrics.bleu.lowercase`` overrides it
+    bleu_lowercase: bool = False
+    bleu_convention: str = "sacrebleu defaults (case-sensitive, 13a)"
 
     def __post_init__(self) -> None:
         if self.prompt_template.count("{source}") != 1:
@@ -89,6 +93,8 @@ TASKS: Mapping[str, TaskSpec] = {
         source_field="mr",
         target_field="ref",
         description="E2E-shaped restaurant descriptions generated from the seed (embedded).",
+        bleu_lowercase=True,
+        bleu_convention="E2E challenge script (mteval-v13a, case-insensitive, 13a tokenization)",
     ),
     "e2e": TaskSpec(
         name="e2e",
@@ -106,6 +112,8 @@ TASKS: Mapping[str, TaskSpec] = {
         hub_splits={"train": "train", "validation": "validation", "test": "test"},
         local_files={split: (name,) for split, name in _E2E_FILES.items()},
         description="E2E NLG challenge: restaurant MRs to text, several references per MR.",
+        bleu_lowercase=True,
+        bleu_convention="E2E challenge script (mteval-v13a, case-insensitive, 13a tokenization)",
     ),
     "reddit_tldr": TaskSpec(
         name="reddit_tldr",

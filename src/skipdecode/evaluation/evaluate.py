@@ -1,6 +1,6 @@
 """The evaluation stage: generate for a whole split under a schedule, score quality, time it.
 
-``python -m skipdecode.evaluate checkpoint=PATH [schedule=target_2x] [data.split=test] ...`` or
+``python -m skipdecode.evaluate checkpoint=PATH [schedule=target_2x] [eval.split=test] ...`` or
 ``evaluate(cfg)`` with a composed ``conf/evaluate.yaml``. One run writes, into ``output_dir``:
 
 * ``record.json``: quality, speed (:mod:`.generation`), the resolved schedule, data and config,
@@ -57,6 +57,10 @@ from .record import (
 
 log = logging.getLogger(__name__)
 
+#: Validation inputs whose median target length stands in for the expected length when the
+#: model's export does not record it.
+EXPECTED_LENGTH_SOURCES = 1000
+
 __all__ = ["EvaluationError", "evaluate", "load_model", "main", "RECORD_FILE", "GENERATIONS_FILE"]
 
 
@@ -85,6 +89,7 @@ class _Setup:
     schedule: Schedule
     schedule_origin: str
     expected_length: int
+    expected_length_source: str
     calibration: dict[str, Any] | None
     generation: dict[str, Any]
     metric_settings: dict[str, Any]
@@ -96,18 +101,20 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     data_cfg = c.get("data") or {}
     settings = dataset_settings(data_cfg, lm.meta)
     task = get_task(settings["name"])
-    split = data_cfg.get("split") or "test"
-    metrics = metric_settings(ev.get("metrics") or {}, task.kind)
+    split = ev.get("split") or "test"
+    metrics = metric_settings(ev.get("metrics") or {}, task)
     check_bertscore(metrics)  # before the (long) generation
-    examples = load_examples(settings, split, data_cfg.get("limit"))
+    examples = load_examples(settings, split, ev.get("limit"))
 
     tokenizer = lm.tokenizer
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = SkipDecoder(lm.model, tokenizer, cache=ev.get("cache", "static"))
-    expected = lm.meta.get("expected_length") or median_target_length(
-        examples, tokenizer, task=task
-    )
+    expected, expected_source = lm.meta.get("expected_length"), "skipdecode.json"
+    if not expected:  # never from the split being scored: the held-out validation split
+        held_out = load_examples(settings, "validation", EXPECTED_LENGTH_SOURCES)
+        expected = median_target_length(held_out, tokenizer, task=task)
+        expected_source = f"median target length of {len(held_out)} validation inputs"
     schedule, origin = resolve_schedule(
         c.get("schedule"), lm.meta, decoder.num_layers, int(expected)
     )
@@ -136,10 +143,46 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
         schedule,
         origin,
         int(expected),
+        expected_source,
         calibration,
         gen,
         metrics,
     )
+
+
+#: The keys an evaluation reads; anything else is a mistake worth an error (a misspelt or moved
+#: key would otherwise be silently ignored).
+ALLOWED_KEYS: dict[str, set[str]] = {
+    "": {"checkpoint", "data", "schedule", "eval", "seed", "output_dir", "wandb"},
+    "data": {"name", "data_dir", "hub_name", "seed", "max_source_tokens", "options"},
+    "eval": {
+        "split",
+        "limit",
+        "threads",
+        "generation",
+        "device",
+        "dtype",
+        "cache",
+        "calibration",
+        "speed",
+        "metrics",
+    },
+}
+_MOVED = {"data.split": "eval.split", "data.limit": "eval.limit", "threads": "eval.threads"}
+
+
+def _check_keys(c: Mapping[str, Any]) -> None:
+    for section, allowed in ALLOWED_KEYS.items():
+        node = c if not section else (c.get(section) or {})
+        unknown = sorted(set(node) - allowed)
+        if unknown:
+            names = [f"{section}.{k}" if section else k for k in unknown]
+            hints = [f"{n} (use {_MOVED[n]})" for n in names if n in _MOVED]
+            raise EvaluationError(
+                f"unused config key(s) {names}"
+                + (f"; moved: {', '.join(hints)}" if hints else "")
+                + f"; allowed under {section or 'the top level'}: {sorted(allowed)}"
+            )
 
 
 def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -151,8 +194,9 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     out_dir = Path(c["output_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = int(c.get("seed", 0))
-    if c.get("threads"):
-        torch.set_num_threads(int(c["threads"]))
+    _check_keys(c)
+    if ev.get("threads"):
+        torch.set_num_threads(int(ev["threads"]))
     pl.seed_everything(seed, verbose=False)
     s = _setup(c, out_dir)
     gen = s.generation
@@ -221,6 +265,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "calibration": s.calibration,
             "origin": s.schedule_origin,
             "expected_length": s.expected_length,
+            "expected_length_source": s.expected_length_source,
         },
         "data": {
             **s.data_settings,
@@ -229,7 +274,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "num_references": sum(len(r) for r in references),
             "max_source_tokens": max_source,
             "truncated_sources": truncated,
-            "limit": (c.get("data") or {}).get("limit"),
+            "limit": ev.get("limit"),
         },
         "generation": {
             **gen,

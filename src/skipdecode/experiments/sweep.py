@@ -181,18 +181,15 @@ def _evaluate(
         "checkpoint": str(export),
         "data": {
             "name": dataset.get("name"),
-            "split": ev.get("split") or "test",
             "data_dir": dataset.get("data_dir"),
             "hub_name": dataset.get("hub_name"),
             "seed": dataset.get("seed"),
-            "limit": ev.get("limit"),
             "max_source_tokens": dataset.get("max_source_tokens"),
             "options": dict(dataset.get("options") or {}),
         },
         "schedule": None,  # the schedule the cell was trained with (from skipdecode.json)
         "eval": ev,
         "seed": c.get("seed", 0),
-        "threads": ev.get("threads"),
         "output_dir": str(eval_dir),
         "wandb": wandb_cfg,
     }

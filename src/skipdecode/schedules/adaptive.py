@@ -1,23 +1,35 @@
 """Adaptive monotone SkipDecode: the batch's budget follows the model's confidence.
 
 ``budget(g+1) = min(budget(g), f(c_g))`` where ``c_g`` is the lowest top-1 probability among the
-batch's live rows at step ``g`` and ``f(c) = min + round((max - min) * (1 - c))``. Budgets never
-increase and the batch shares one, so batching and KV caching need no recomputation, exactly as
-in SkipDecode; the layout (warm-up + top layers) is SkipDecode's.
+batch's live rows at step ``g`` and ``f(c) = min + round((max - min) * (1 - c) ** sharpness)``.
+Budgets never increase and the batch shares one, so batching and KV caching need no
+recomputation, exactly as in SkipDecode; the layout (warm-up + top layers) is SkipDecode's.
 
-Training draws random non-increasing budget sequences around the target, a fresh draw per batch,
-so the model sees the budgets it will meet at decode time.
+``sharpness`` sets how fast confidence buys layers back: 0 keeps ``max`` (no skipping beyond
+it), large values drop to ``min`` at any confidence. Built from a target speedup, it is left
+open and calibrated on validation prompts before decoding (``calibrate``, bisection on its log),
+so ``adaptive_2x`` really costs about half the layers; the achieved speedup is recorded.
+
+Training draws random non-increasing budget sequences of the expected generation length around
+the target, a fresh draw per batch, so the model sees the budgets it will meet at decode time.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .base import Schedule, ScheduleRun, StaticSchedule, plan_loss_sums, round_half_up
+from .base import (
+    Schedule,
+    ScheduleRun,
+    StaticSchedule,
+    plan_loss_sums,
+    require,
+    round_half_up,
+)
 from .layout import (
     BudgetSchedule,
     LinearSchedule,
@@ -61,25 +73,107 @@ class AdaptiveSchedule(Schedule):
         max_layers: int,
         min_layers: int,
         target_mean: float | None = None,
+        sharpness: float | None = 1.0,
+        target_speedup: float | None = None,
+        expected_length: int | None = None,
     ):
         super().__init__(num_layers)
         check_budget_range(num_layers, warmup_layers, max_layers, min_layers)
+        if sharpness is None:
+            require(
+                target_speedup is not None,
+                "sharpness",
+                sharpness,
+                "must be >= 0, or null together with target_speedup (calibrated)",
+            )
+        else:
+            require(
+                isinstance(sharpness, (int, float)) and sharpness >= 0,
+                "sharpness",
+                sharpness,
+                "must be a number >= 0 (0: always max_layers)",
+            )
         self.warmup_layers, self.max_layers, self.min_layers = warmup_layers, max_layers, min_layers
         self.target_mean = (
             float(target_mean) if target_mean is not None else (max_layers + min_layers) / 2
         )
+        self.sharpness = None if sharpness is None else float(sharpness)
+        self.target_speedup = None if target_speedup is None else float(target_speedup)
+        self.expected_length = None if expected_length is None else int(expected_length)
 
     def budget_for_confidence(self, confidence: float) -> int:
         c = min(1.0, max(0.0, confidence))
-        return self.min_layers + round_half_up((self.max_layers - self.min_layers) * (1.0 - c))
+        share = (1.0 - c) ** self.sharpness if self.sharpness else 1.0
+        return self.min_layers + round_half_up((self.max_layers - self.min_layers) * share)
 
     def start(self, batch_size: int) -> ScheduleRun:
+        if self.sharpness is None:
+            raise ValueError(
+                "schedule.sharpness is null: calibrate it first (AdaptiveSchedule.calibrate; the "
+                "evaluation stage does this on validation prompts)"
+            )
         return _AdaptiveRun(self)
 
+    @property
+    def needs_calibration(self) -> bool:
+        return self.sharpness is None
+
+    def with_sharpness(self, sharpness: float) -> AdaptiveSchedule:
+        return AdaptiveSchedule(
+            self.num_layers,
+            self.warmup_layers,
+            self.max_layers,
+            self.min_layers,
+            self.target_mean,
+            sharpness,
+            self.target_speedup,
+            self.expected_length,
+        )
+
+    def calibrate(
+        self,
+        decoder: SkipDecoder,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int,
+        iterations: int = 8,
+    ) -> tuple[AdaptiveSchedule, dict[str, Any]]:
+        """Bisect ``log(sharpness)`` over [1e-3, 1e3] so the per-token theoretical speedup on
+        these (validation) prompts is closest to ``target_speedup``."""
+        if self.target_speedup is None:
+            raise ValueError("schedule.target_speedup is not set: nothing to calibrate to")
+        target = self.target_speedup
+
+        def speedup(sharpness: float) -> float:
+            out = decoder.generate(
+                input_ids,
+                self.with_sharpness(sharpness),
+                max_new_tokens,
+                attention_mask,
+                decode_texts=False,
+            )
+            return out.stats.theoretical_speedup
+
+        lo, hi = math.log(1e-3), math.log(1e3)  # speedup grows with sharpness
+        best = (1.0, speedup(1.0))
+        for _ in range(iterations):
+            mid = math.exp((lo + hi) / 2)
+            s = speedup(mid)
+            if abs(s - target) < abs(best[1] - target):
+                best = (mid, s)
+            if s < target:
+                lo = math.log(mid)
+            else:
+                hi = math.log(mid)
+        info = {"sharpness": best[0], "theoretical_speedup": best[1], "target_speedup": target}
+        return self.with_sharpness(best[0]), info
+
     def training_plan(
-        self, generator: torch.Generator | None = None, length: int = 256
+        self, generator: torch.Generator | None = None, length: int | None = None
     ) -> BudgetSchedule:
-        """A random non-increasing budget sequence for one training batch."""
+        """A random non-increasing budget sequence for one training batch, as long as the
+        expected generation length (256 steps when the schedule was built without one)."""
+        length = length or self.expected_length or 256
         gen = generator if generator is not None else torch.Generator().manual_seed(0)
         budgets = random_monotone_budgets(
             length, self.max_layers, self.min_layers, self.target_mean, gen
@@ -112,6 +206,9 @@ class AdaptiveSchedule(Schedule):
             "max_layers": self.max_layers,
             "min_layers": self.min_layers,
             "target_mean": self.target_mean,
+            "sharpness": self.sharpness,
+            "target_speedup": self.target_speedup,
+            "expected_length": self.expected_length,
         }
 
 
@@ -143,10 +240,28 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Adapti
     """Explicit ``max_layers``/``min_layers``, or ``target_speedup`` (max/min from the linear
     target rule over the expected length, target mean ``L / s``)."""
     L, w, s = num_layers, int(cfg.get("warmup_layers", 1)), cfg.get("target_speedup")
+    n = cfg.get("expected_length") or expected_length
+    # with a target speedup the mapping is calibrated unless sharpness is given
+    sharpness = cfg.get("sharpness", None if s is not None else 1.0)
     if s is not None and cfg.get("max_layers") is None:
-        n = cfg.get("expected_length") or expected_length or 32
-        lin = linear_for_speedup(L, float(s), int(n), w)
-        return AdaptiveSchedule(L, w, lin.max_layers, lin.min_layers, target_mean=L / float(s))
+        lin = linear_for_speedup(L, float(s), int(n or 32), w)
+        return AdaptiveSchedule(
+            L,
+            w,
+            lin.max_layers,
+            lin.min_layers,
+            target_mean=L / float(s),
+            sharpness=sharpness,
+            target_speedup=float(s),
+            expected_length=n,
+        )
     return AdaptiveSchedule(
-        L, w, int(cfg["max_layers"]), int(cfg["min_layers"]), cfg.get("target_mean")
+        L,
+        w,
+        int(cfg["max_layers"]),
+        int(cfg["min_layers"]),
+        cfg.get("target_mean"),
+        sharpness=sharpness,
+        target_speedup=None if s is None else float(s),
+        expected_length=n,
     )

@@ -42,6 +42,7 @@ _SECTION_KEYS: dict[str, set[str]] = {
         "smooth_method",
         "smooth_value",
         "effective_order",
+        "convention",
     },
     "rouge": {"enabled", "types", "use_stemmer", "summary", "per_example"},
     "bertscore": {

@@ -35,8 +35,11 @@ def bleu(
     smooth_method: str = "exp",
     smooth_value: float | None = None,
     effective_order: bool = False,
+    convention: str | None = None,
 ) -> dict[str, Any]:
     """Corpus BLEU (sacrebleu) with variable-count multi-reference support.
+
+    ``convention`` names the evaluation convention the settings follow (recorded only).
 
     Returns ``score`` (0-100), ``signature`` (sacrebleu's reproducibility string), n-gram
     ``precisions``, ``bp``, ``sys_len``, ``ref_len`` and ``settings``.
@@ -85,6 +88,7 @@ def bleu(
             "smooth_method": smooth_method,
             "smooth_value": smooth_value,
             "effective_order": effective_order,
+            "convention": convention,
             "references_per_example": ref_count_summary(refs),
             "multi_reference": "standard corpus BLEU; shorter reference lists padded with None",
         },
