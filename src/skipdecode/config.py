@@ -19,6 +19,7 @@ __all__ = [
     "instantiate_callbacks",
     "instantiate_loggers",
     "resolve_config",
+    "run_id",
     "ConfigError",
     "close_wandb",
 ]
@@ -51,12 +52,22 @@ def _wandb_offline() -> bool:
     return not os.environ.get("WANDB_API_KEY")
 
 
+def run_id(output_dir: str) -> str:
+    """A W&B run id fixed by the run's output directory (a resumed run keeps its id)."""
+    import hashlib
+
+    path = str(Path(str(output_dir)).expanduser().resolve())
+    return hashlib.sha256(path.encode()).hexdigest()[:16]
+
+
 def register_resolvers() -> None:
-    """``${sd_repo_root:}``, ``${sd_cache_dir:}``, ``${sd_wandb_offline:}`` (idempotent)."""
+    """``${sd_repo_root:}``, ``${sd_cache_dir:}``, ``${sd_wandb_offline:}``,
+    ``${sd_run_id:<dir>}`` (idempotent)."""
     for name, fn in (
         ("sd_repo_root", _repo_root),
         ("sd_cache_dir", _cache_dir),
         ("sd_wandb_offline", _wandb_offline),
+        ("sd_run_id", run_id),
     ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

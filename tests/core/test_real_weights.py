@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ci import skip_unless_ci
 
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.schedules import FullSchedule, linear_for_speedup
@@ -24,7 +25,7 @@ def smollm2():
     try:
         path = smollm2_dir(create=False)
     except FileNotFoundError as err:
-        pytest.skip(f"SmolLM2 not converted: {err}")
+        skip_unless_ci(f"SmolLM2 not converted (make smollm2): {err}")
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.float32, attn_implementation="sdpa"
     ).eval()

@@ -156,6 +156,15 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
     cell = json.loads((sweep / "1" / "cell.json").read_text())
     assert cell["status"] == "ok" and cell["train_reused"] and cell["eval_reused"]
 
+    # Same config, same seed, same machine, nothing reused: identical metrics.
+    again = _sweep(tmp_path / "again", "schedule=target_2x")
+    assert again.returncode == 0, again.stderr[-3000:]
+    (rerun,) = list(csv.DictReader((tmp_path / "again" / "sweep" / "cells.csv").open()))
+    first = by_schedule["target_2x"]
+    assert rerun["cell_id"] == first["cell_id"]
+    for key in ("bleu", "rougeL", "theoretical_speedup", "mean_generated_length"):
+        assert rerun[key] == first[key], key
+
 
 def test_aggregate_interrupted_sweep(tmp_path, capsys):
     sweep = make_fake_sweep(tmp_path / "sweep")

@@ -88,3 +88,15 @@ class CrashAfter(pl.Callback):
 
 class SimulatedCrash(RuntimeError):
     pass
+
+
+class SlowDown(pl.Callback):
+    """Sleeps after every training batch, so a test can kill the process mid-run."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import time
+
+        time.sleep(self.seconds)

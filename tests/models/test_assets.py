@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ci import skip_unless_ci
 
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
@@ -104,7 +105,7 @@ def test_smollm2_cached_loads() -> None:
     try:
         path = assets.smollm2_dir(create=False)
     except FileNotFoundError as e:
-        pytest.skip(str(e))
+        skip_unless_ci(str(e))
     _check_model(path)
 
 

@@ -3,6 +3,7 @@ crash, export + reload with transformers, DDP on 2 CPU processes, one Hydra mult
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -177,3 +178,69 @@ def test_hydra_multirun_over_experiments(tmp_path: Path) -> None:
     jobs = sorted((p for p in tmp_path.glob("*/multiruns/*/*") if p.is_dir()), key=lambda p: p.name)
     assert [p.parent.parent.parent.name for p in jobs] == ["demo_full", "demo_4x"], jobs
     assert all((p / "metrics.json").is_file() for p in jobs)
+
+
+def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) -> None:
+    """A real SIGKILL after the first checkpoints, then ``ckpt_path=last`` in the same run dir:
+    the run ends at the right step and metrics.csv still holds the history before the kill."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    args = [
+        *FAST,
+        "logger=many",  # csv + wandb (offline): both must continue the same run
+        f"hydra.run.dir={run_dir}",
+        "trainer.max_steps=30",
+        "trainer.val_check_interval=5",
+        "callbacks.last_checkpoint.every_n_train_steps=5",
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "helpers"), *sys.path]),
+    }
+    slow = ["+callbacks.slow._target_=train_utils.SlowDown", "+callbacks.slow.seconds=0.3"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skipdecode.train", *args, *slow],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if last.is_file() and torch.load(last, weights_only=True)["global_step"] >= 10:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = torch.load(last, weights_only=True)["global_step"]
+    assert 10 <= killed_at < 30
+    with (run_dir / "csv" / "metrics.csv").open() as f:
+        before = list(csv.DictReader(f))
+    assert any(r.get("val_start/loss") for r in before)  # logged before the kill
+
+    _cli([*args, "ckpt_path=last"], cwd=tmp_path)
+    metrics = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    assert metrics["global_step"] == 30
+    with (run_dir / "csv" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sum(bool(r.get("val_start/loss")) for r in rows) == 1  # kept, not logged twice
+    val_steps = [int(float(r["step"])) for r in rows if r.get("val/loss")]
+    assert min(val_steps) < killed_at <= max(val_steps)  # validation before and after the kill
+    train_steps = [int(float(r["step"])) for r in rows if r.get("train/loss")]
+    assert len(train_steps) == len(set(train_steps))  # no step logged twice
+    assert min(train_steps) < killed_at and max(train_steps) >= 29  # logged every 10 steps
+    # W&B: both attempts wrote to the same run id
+    ids = {p.name.rsplit("-", 1)[-1] for p in (run_dir / "wandb").glob("offline-run-*")}
+    assert len(ids) == 1, ids

@@ -146,7 +146,7 @@ class SkipDecodeLitModule(pl.LightningModule):
         for logger in self.loggers:  # log_* are rank-zero-only
             if run_config:
                 logger.log_hyperparams(run_config)
-            if self.start_metrics:
+            if self.start_metrics and self.global_step == 0:  # a resumed run has them already
                 logger.log_metrics(self.start_metrics, step=self.global_step)
         for key, value in self.start_metrics.items():  # travels back from spawned workers
             self.trainer.callback_metrics[key] = torch.tensor(value)

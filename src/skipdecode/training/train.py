@@ -28,6 +28,7 @@ from ..io import write_json_atomic
 from ..models.loading import load_pretrained_tokenizer, needs_trained_tokenizer
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
+from .loggers import ResumableCSVLogger
 from .module import SkipDecodeLitModule
 
 __all__ = ["train", "main", "build_tokenizer"]
@@ -128,12 +129,19 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
 
     callbacks = instantiate_callbacks(cfg.get("callbacks"))
     loggers = instantiate_loggers(cfg.get("logger"))
+    ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
+    if ckpt is not None:  # keep the interrupted run's metrics history
+        resume_step = int(
+            torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+        )
+        for lg in loggers:
+            if isinstance(lg, ResumableCSVLogger):
+                lg.keep_history(before_step=resume_step)
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if trainer.is_global_zero:
         write_json_atomic(output_dir / "run_info.json", run_info)
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
 
-    ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
 
