@@ -45,7 +45,7 @@ def test_record_is_complete(model_dir, tmp_path):
         "speed",
         "model",
         "schedule",
-        "data",
+        "dataset",
         "generation",
         "config",
         "provenance",
@@ -62,7 +62,7 @@ def test_record_is_complete(model_dir, tmp_path):
     assert prov["seeds"]["seed"] == 0 and prov["torch_num_threads"] >= 1
     assert "git" in prov and "packages" in prov and prov["model_device"] == "cpu"
     rows = [json.loads(x) for x in (tmp_path / "generations.jsonl").read_text().splitlines()]
-    assert len(rows) == on_disk["data"]["num_inputs"] == 6
+    assert len(rows) == on_disk["dataset"]["num_inputs"] == 6
     assert all({"input", "references", "output"} <= set(r) and r["references"] for r in rows)
 
 
@@ -144,7 +144,7 @@ def test_incompatible_schedule(model_dir, tmp_path):
 
 def test_empty_split(model_dir, tmp_path):
     with pytest.raises(EmptySplitError, match="empty"):
-        evaluate(_cfg(model_dir, tmp_path, "+data.options.num_test=0"))
+        evaluate(_cfg(model_dir, tmp_path, "+dataset.options.num_test=0"))
 
 
 def test_bertscore_model_not_available_offline_fails_fast(model_dir, tmp_path, monkeypatch):
@@ -183,7 +183,7 @@ def test_wandb_offline_summary_and_table(model_dir, tmp_path, monkeypatch):
 
 def test_unused_and_moved_keys_are_refused(model_dir, tmp_path):
     cfg = _cfg(model_dir, tmp_path, "+data.split=validation")
-    with pytest.raises(EvaluationError, match=r"data\.split \(use eval\.split\)"):
+    with pytest.raises(EvaluationError, match=r"data \(use dataset\)"):
         evaluate(cfg)
     with pytest.raises(EvaluationError, match=r"unused config key\(s\) \['eval\.limt'\]"):
         evaluate(_cfg(model_dir, tmp_path, "+eval.limt=3"))
@@ -193,7 +193,7 @@ def test_eval_keys_are_honoured_and_bleu_follows_the_dataset_convention(model_di
     record = evaluate(
         _cfg(model_dir, tmp_path, "eval.split=validation", "eval.limit=3", "eval.threads=1")
     )
-    assert record["data"]["split"] == "validation" and record["data"]["num_inputs"] == 3
+    assert record["dataset"]["split"] == "validation" and record["dataset"]["num_inputs"] == 3
     assert record["provenance"]["torch_num_threads"] == 1
     bleu = record["quality"]["bleu"]
     # synthetic is E2E-shaped: BLEU as the E2E script computes it, case-insensitive

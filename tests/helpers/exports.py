@@ -110,7 +110,7 @@ def make_fake_sweep(sweep_dir: Path) -> Path:
             },
             "quality": {"bleu": {"score": bleu, "signature": "nrefs:var|case:mixed|tok:13a"}},
             "schedule": {"name": "linear" if target > 1 else "full"},
-            "data": {"name": "synthetic"},
+            "dataset": {"name": "synthetic"},
             "config": {"output_dir": str(rec_dir)},
             "files": {"generations": "generations.jsonl"},
             "provenance": {"git": {"commit": "abc123"}},

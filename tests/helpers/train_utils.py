@@ -35,7 +35,7 @@ FAST = [
     "dataset.options.num_train=300",
     "dataset.options.num_validation=20",
     "dataset.options.num_test=10",
-    "data.batch_size=16",
+    "loader.batch_size=16",
 ]
 
 

@@ -49,7 +49,7 @@ def test_experiment_fast_dev_run(tmp_path: Path, experiment: str) -> None:
         "+trainer.fast_dev_run=1",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
-        "data.batch_size=4",
+        "loader.batch_size=4",
         *_data_overrides(cfg0.dataset.name, tmp_path),
     ]
     if cfg0.model.name == "tiny":

@@ -98,7 +98,7 @@ class _Setup:
 def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     ev = c["eval"]
     lm = load_model(c.get("checkpoint"), out_dir, ev.get("device"), ev.get("dtype"))
-    data_cfg = c.get("data") or {}
+    data_cfg = c.get("dataset") or {}
     settings = dataset_settings(data_cfg, lm.meta)
     task = get_task(settings["name"])
     split = ev.get("split") or "test"
@@ -153,8 +153,8 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
 #: The keys an evaluation reads; anything else is a mistake worth an error (a misspelt or moved
 #: key would otherwise be silently ignored).
 ALLOWED_KEYS: dict[str, set[str]] = {
-    "": {"checkpoint", "data", "schedule", "eval", "seed", "output_dir", "wandb"},
-    "data": {"name", "data_dir", "hub_name", "seed", "max_source_tokens", "options"},
+    "": {"checkpoint", "dataset", "schedule", "eval", "seed", "output_dir", "wandb"},
+    "dataset": {"name", "data_dir", "hub_name", "seed", "max_source_tokens", "options"},
     "eval": {
         "split",
         "limit",
@@ -168,7 +168,7 @@ ALLOWED_KEYS: dict[str, set[str]] = {
         "metrics",
     },
 }
-_MOVED = {"data.split": "eval.split", "data.limit": "eval.limit", "threads": "eval.threads"}
+_MOVED = {"data": "dataset", "threads": "eval.threads"}
 
 
 def _check_keys(c: Mapping[str, Any]) -> None:
@@ -267,7 +267,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "expected_length": s.expected_length,
             "expected_length_source": s.expected_length_source,
         },
-        "data": {
+        "dataset": {
             **s.data_settings,
             "split": s.split,
             "num_inputs": len(s.examples),

@@ -158,7 +158,7 @@ def dataset_settings(data_cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> di
     name = data_cfg.get("name") or trained.get("name")
     if not name:
         raise EvaluationError(
-            "data.name is not set and the checkpoint records no dataset; give data.name=<dataset>"
+            "dataset.name is not set and the checkpoint records no dataset; give dataset.name=<name>"
         )
     settings: dict[str, Any] = {}
     if name == trained.get("name"):  # same dataset: reuse its location and options

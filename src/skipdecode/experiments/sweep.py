@@ -52,7 +52,7 @@ IDENTITY_KEYS: tuple[str, ...] = (
     "trainer",
     "optimizer",
     "scheduler",
-    "data",
+    "loader",
     "module",
     "seed",
     "ckpt_path",
@@ -179,7 +179,7 @@ def _evaluate(
     )
     ecfg_node = {
         "checkpoint": str(export),
-        "data": {
+        "dataset": {
             "name": dataset.get("name"),
             "data_dir": dataset.get("data_dir"),
             "hub_name": dataset.get("hub_name"),

@@ -92,7 +92,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         model_cfg, dataset_cfg, train_examples, Path(str(cfg.paths.cache_dir))
     )
     datamodule = SkipDataModule(
-        dataset_cfg, tokenizer, train_examples=train_examples, **_container(cfg.data)
+        dataset_cfg, tokenizer, train_examples=train_examples, **_container(cfg.loader)
     ).prepare()
 
     module = SkipDecodeLitModule(
