@@ -210,6 +210,7 @@ def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) ->
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, as a scheduler's job
     )
     last = run_dir / "checkpoints" / "last.ckpt"
     deadline = time.time() + 240
@@ -219,7 +220,8 @@ def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) ->
                 break
             time.sleep(0.5)
         assert proc.poll() is None, "the run ended before it could be killed"
-        proc.send_signal(signal.SIGKILL)
+        # SIGKILL the whole job (trainer and its W&B service), as a scheduler or OOM kill does
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
