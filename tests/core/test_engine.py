@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_models import EOS, FAMILIES, PAD, left_padded_batch, tiny_opt
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import BertConfig, BertForMaskedLM
 
 from skipdecode.core.cache import CacheGapError
 from skipdecode.core.engine import SkipDecoder
@@ -307,11 +307,13 @@ def test_bad_inputs_raise_clear_errors():
         dec.generate(ids, _Increasing(6), 4, mask)
     with pytest.raises(ValueError, match="layer_mask has shape"):
         dec.forward(ids, mask, torch.ones(4, 5, ids.shape[1], dtype=torch.bool))
-    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50))
+    bert = BertForMaskedLM(
+        BertConfig(num_hidden_layers=2, hidden_size=16, num_attention_heads=2, vocab_size=50)
+    )
     with pytest.raises(
-        NotImplementedError, match="supported architectures: llama, mistral, opt, qwen2"
+        NotImplementedError, match="model_type='bert'.*supported model types: .*gpt2"
     ):
-        SkipDecoder(gpt2)
+        SkipDecoder(bert)
 
 
 def test_cache_refuses_gaps():

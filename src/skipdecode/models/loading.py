@@ -24,6 +24,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from ..core.adapters import SUPPORTED_MODEL_TYPES
+from ..core.families import FAMILIES
 
 __all__ = [
     "SOURCES",
@@ -154,6 +155,13 @@ def build_model(cfg: Mapping, tokenizer: PreTrainedTokenizerBase | None = None) 
             eos_token_id=tokenizer.eos_token_id,
             **arch,
         )
+        required = FAMILIES[model_type].attention
+        if required and attn != required:
+            raise ModelConfigError(
+                f"model.attn_implementation={attn!r} cannot run {model_type} exactly (its "
+                f"attention soft-capping needs {required!r}); set model.attn_implementation="
+                f"{required}"
+            )
         config._attn_implementation = attn
         model = AutoModelForCausalLM.from_config(config, dtype=_dtype(cfg))
         gen = model.generation_config
