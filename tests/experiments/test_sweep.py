@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from exports import compose, make_fake_sweep
+from offline_env import offline_env
+from processes import kill_group_when
 
 from skipdecode.evaluation.evaluate import evaluate
 from skipdecode.experiments.aggregate import aggregate
@@ -49,17 +51,10 @@ SHRINK = [
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        WANDB_MODE="offline",
-        WANDB_SILENT="true",
+    return offline_env(
         OMP_NUM_THREADS="1",  # no thread oversubscription when other jobs share the CPU
         PYTHONPATH=str(ROOT / "src"),
     )
-    return env
 
 
 def _sweep(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -321,3 +316,69 @@ def test_paired_bootstrap_sees_a_real_difference():
     d = out["bleu"]
     assert d["delta"] < 0 and d["ci95_high"] < 0  # clearly worse: the interval excludes 0
     assert d["ci95_low"] <= d["delta"] <= d["ci95_high"]
+
+
+def test_sweep_killed_mid_cell_resumes_on_rerun(tmp_path):
+    """SIGKILL a sweep while its second cell trains, then run the same sweep again: the finished
+    cell is reused, the interrupted one resumes from its last.ckpt, and the table is complete."""
+    import torch
+
+    helpers = Path(__file__).resolve().parents[1] / "helpers"
+    longer = [
+        *(o for o in SHRINK if not o.startswith("trainer.max_steps=")),
+        "trainer.max_steps=16",
+        "callbacks.last_checkpoint.every_n_train_steps=2",
+        "+callbacks.slow._target_=train_utils.SlowDown",
+        "+callbacks.slow.seconds=0.4",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "skipdecode.sweep",
+        "-m",
+        *longer,
+        "schedule=full,target_2x",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"sweep.cells_dir={tmp_path / 'cells'}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+    ]
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(helpers), env["PYTHONPATH"]])
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, as a scheduler's job
+    )
+
+    def second_cell_step() -> int:
+        cell = tmp_path / "sweep" / "1" / "cell.json"
+        if not cell.is_file():
+            return -1
+        last = Path(json.loads(cell.read_text())["cell_dir"]) / "train/checkpoints/last.ckpt"
+        if not last.is_file():
+            return -1
+        try:
+            return int(torch.load(last, weights_only=True)["global_step"])
+        except (EOFError, RuntimeError):  # caught mid-write; the next poll sees it whole
+            return -1
+
+    kill_group_when(proc, lambda: second_cell_step() >= 4, timeout=300)
+    killed_at = second_cell_step()
+    assert 4 <= killed_at < 16
+    interrupted = {r["job"]: r["status"] for r in collect(tmp_path / "sweep")}
+    assert interrupted["0"] == "ok" and interrupted["1"] != "ok"
+
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    first = json.loads((tmp_path / "sweep" / "0" / "cell.json").read_text())
+    assert first["train_reused"] and first["eval_reused"]
+    second = json.loads((tmp_path / "sweep" / "1" / "cell.json").read_text())
+    assert second["status"] == "ok" and second["train_resumed"] and not second["train_reused"]
+    done = json.loads((Path(second["cell_dir"]) / "train" / "metrics.json").read_text())
+    assert done["metrics"]["global_step"] == 16  # resumed to the end, not restarted short
+    rows = list(csv.DictReader((tmp_path / "sweep" / "cells.csv").open()))
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert all(r["bleu"] != "" for r in rows)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from offline_env import offline_env
+from processes import kill_group_when
 from train_utils import FAST, SHARED_E2E, SimulatedCrash, make_cfg
 from transformers import AutoModelForCausalLM
 
@@ -124,13 +126,7 @@ def test_short_run_on_real_e2e(tmp_path: Path) -> None:
 
 
 def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-    }
+    env = offline_env()
     proc = subprocess.run(
         [sys.executable, "-m", "skipdecode.train", *args],
         cwd=cwd,
@@ -183,9 +179,6 @@ def test_hydra_multirun_over_experiments(tmp_path: Path) -> None:
 def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) -> None:
     """A real SIGKILL after the first checkpoints, then ``ckpt_path=last`` in the same run dir:
     the run ends at the right step and metrics.csv still holds the history before the kill."""
-    import signal
-    import time
-
     run_dir = tmp_path / "run"
     args = [
         *FAST,
@@ -195,14 +188,9 @@ def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) ->
         "trainer.val_check_interval=5",
         "callbacks.last_checkpoint.every_n_train_steps=5",
     ]
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "WANDB_MODE": "offline",
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "helpers"), *sys.path]),
-    }
+    env = offline_env(
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "helpers"), *sys.path])
+    )
     slow = ["+callbacks.slow._target_=train_utils.SlowDown", "+callbacks.slow.seconds=0.3"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "skipdecode.train", *args, *slow],
@@ -213,19 +201,14 @@ def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) ->
         start_new_session=True,  # its own process group, as a scheduler's job
     )
     last = run_dir / "checkpoints" / "last.ckpt"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if last.is_file() and torch.load(last, weights_only=True)["global_step"] >= 10:
-                break
-            time.sleep(0.5)
-        assert proc.poll() is None, "the run ended before it could be killed"
-        # SIGKILL the whole job (trainer and its W&B service), as a scheduler or OOM kill does
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def checkpointed_ten_steps() -> bool:
+        try:
+            return last.is_file() and torch.load(last, weights_only=True)["global_step"] >= 10
+        except (EOFError, RuntimeError):  # caught mid-write; the next poll sees it whole
+            return False
+
+    kill_group_when(proc, checkpointed_ten_steps, timeout=240)
     killed_at = torch.load(last, weights_only=True)["global_step"]
     assert 10 <= killed_at < 30
     with (run_dir / "csv" / "metrics.csv").open() as f:

@@ -33,6 +33,7 @@ from ..config import close_wandb, config_dir, resolve_config
 from ..evaluation.evaluate import evaluate
 from ..evaluation.record import RECORD_FILE
 from ..io import read_json_or_none, write_json_atomic
+from ..locks import claim_dir
 from ..schedules import method_label
 from ..training.export import export_checkpoint
 from ..training.train import train
@@ -220,15 +221,21 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         cell.update(labels, cell_id=cell_id, cell_dir=str(cell_dir))
         write_json_atomic(job_dir / CELL_FILE, cell)
         cell_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(cell_dir / "identity.json", ident)
         reuse = bool(sw.get("reuse", True))
-        export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
-        record, eval_reused = _evaluate(cfg, c, export, cell_dir, _group_name(cfg), labels, reuse)
+        # one process per cell: a second sweep on the same cell is refused, not interleaved
+        with claim_dir(cell_dir, "sweep cell"):
+            write_json_atomic(cell_dir / "identity.json", ident)
+            resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
+            export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
+            record, eval_reused = _evaluate(
+                cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
+            )
         cell.update(
             status="ok",
             record=str(record),
             export=str(export),
             train_reused=train_reused,
+            train_resumed=resumed and not train_reused,
             eval_reused=eval_reused,
             train_seconds=train_summary.get("seconds"),
         )

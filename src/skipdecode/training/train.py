@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import config_dir, instantiate_callbacks, instantiate_loggers, task_wrapper
 from ..data import get_or_train_tokenizer, get_task
 from ..io import write_json_atomic
+from ..locks import claim_dir
 from ..models.loading import load_pretrained_tokenizer, needs_trained_tokenizer
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
@@ -82,7 +83,12 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     ``schedule`` (the resolved description), ``trainer``, ``module`` and ``datamodule``.
     """
     output_dir = Path(str(cfg.paths.output_dir))
-    output_dir.mkdir(parents=True, exist_ok=True)
+    # one process per run dir: a second one (same dir, or the same sweep cell) is refused
+    with claim_dir(output_dir, "training run"):
+        return _train(cfg, output_dir)
+
+
+def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     pl.seed_everything(int(cfg.seed), workers=True)
 
     model_cfg = _container(cfg.model)
