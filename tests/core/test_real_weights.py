@@ -72,3 +72,24 @@ def test_linear_schedule_runs_on_real_weights_and_reports_speedup(smollm2):
     assert st.decode_steps == 23 and st.budgets == [schedule.budget(g) for g in range(23)]
     assert 1.7 < st.theoretical_speedup < 2.4
     assert st.decode_seconds > 0 and len(out.texts) == 3
+
+
+def test_speculative_decoding_is_the_full_models_output_on_real_weights(smollm2):
+    """Lossless SkipDecode on SmolLM2 chat prompts (padded batch, EOS stops): token for token
+    the full model's greedy output, for a SkipDecode draft and an early-exit draft."""
+    from skipdecode.schedules import build_schedule
+
+    model, tok, chats = smollm2
+    decoder = SkipDecoder(model, tok)
+    kwargs = dict(max_new_tokens=32, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    full = decoder.generate(chats, FullSchedule(30), **kwargs)
+    for draft in (
+        {"name": "target", "target_speedup": 2, "expected_length": 32},
+        {"name": "early_exit", "exit_layers": 20},
+    ):
+        for k in (2, 4):
+            sched = build_schedule({"name": "speculative", "draft": draft, "k": k}, 30, 32)
+            out = decoder.generate(chats, sched, **kwargs)
+            assert torch.equal(out.generated_ids, full.generated_ids), (draft, k)
+            assert out.texts == full.texts
+            assert out.stats.speculation.accepted > 0

@@ -6,7 +6,9 @@ cache simply stops growing. Every layer that does run at a step has seen every e
 so all active layers share one cache length and one attention mask.
 
 Both caches implement the one method transformers' attention modules call,
-``update(key, value, layer_idx) -> (keys, values)``, plus ``begin``/``length``/``reset``.
+``update(key, value, layer_idx) -> (keys, values)``, plus ``begin``/``length``/``reset``, and
+what speculative decoding needs: ``rewind`` (a verify pass rewrites positions a draft wrote),
+``select_rows`` (finished rows leave the batch) and ``reserve`` (room for a round).
 Before each forward pass the engine calls ``begin(position)``: the pass writes its new keys at
 ``position`` onward. Writing to a layer whose cache does not reach ``position`` would leave a gap
 of missing KV, which is exactly what a non-monotone plan causes; it raises instead.
@@ -46,6 +48,17 @@ class KVCache:
     def reset(self) -> None:
         self._lengths = [0] * self.num_layers
         self._start = 0
+
+    def rewind(self, position: int) -> None:
+        """Forget every layer's positions from ``position`` on (their buffers are rewritten)."""
+        self._lengths = [min(n, position) for n in self._lengths]
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep only the batch rows ``index`` (in that order)."""
+        raise NotImplementedError
+
+    def reserve(self, positions: int) -> None:
+        """Make room for ``positions`` positions per layer."""
 
     def _check(self, layer_idx: int) -> int:
         have = self._lengths[layer_idx]
@@ -95,6 +108,25 @@ class StaticKVCache(KVCache):
         self._lengths[layer_idx] = end
         return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
 
+    def select_rows(self, index: torch.Tensor) -> None:
+        self.keys = [k.index_select(0, index) for k in self.keys]
+        self.values = [v.index_select(0, index) for v in self.values]
+
+    def reserve(self, positions: int) -> None:
+        """Grow every buffer to at least ``positions`` (doubling, so growth is rare)."""
+        if positions <= self.capacity:
+            return
+        new = max(positions, 2 * self.capacity)
+        extra = new - self.capacity
+
+        def grown(buf: torch.Tensor) -> torch.Tensor:
+            pad = buf.new_empty(buf.shape[0], buf.shape[1], extra, buf.shape[3])
+            return torch.cat([buf, pad], dim=2)
+
+        self.keys = [grown(k) for k in self.keys]
+        self.values = [grown(v) for v in self.values]
+        self.capacity = new
+
 
 class DynamicKVCache(KVCache):
     """Grows by concatenation; the plain reference the static cache is tested against."""
@@ -119,3 +151,14 @@ class DynamicKVCache(KVCache):
         super().reset()
         self.keys = [None] * self.num_layers
         self.values = [None] * self.num_layers
+
+    def rewind(self, position: int) -> None:
+        super().rewind(position)
+        for i, n in enumerate(self._lengths):
+            if self.keys[i] is not None:
+                self.keys[i] = self.keys[i][:, :, :n]  # type: ignore[index]
+                self.values[i] = self.values[i][:, :, :n]  # type: ignore[index]
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        self.keys = [None if k is None else k.index_select(0, index) for k in self.keys]
+        self.values = [None if v is None else v.index_select(0, index) for v in self.values]

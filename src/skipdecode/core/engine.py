@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from .cache import DynamicKVCache, KVCache, StaticKVCache
 from .masks import causal_attention_mask, decode_attention_mask, position_ids_from_mask
 from .prompts import lengths_with_eos, prepare_inputs, special_ids
 from .sampling import SamplingConfig, select_next
+from .speculative import RoundView, speculative_generate, speculative_output
 from .stats import GenerationOutput, GenerationStats
 from .step import DecodeStep, LayerPlan
 
@@ -150,13 +151,14 @@ class SkipDecoder:
         stop_at_eos: bool = True,
         return_logits: bool = False,
         decode_texts: bool = True,
+        on_round: Callable[[RoundView], None] | None = None,
     ) -> GenerationOutput:
         """Decode a batch under ``schedule`` (any :class:`~skipdecode.schedules.Schedule`).
 
         ``inputs`` are prompt strings (tokenised with the decoder's tokenizer, left-padded) or
         left-padded ids with ``attention_mask``. Greedy unless ``do_sample``. Rows stop at EOS
         (and keep padding) unless ``stop_at_eos=False``; the loop ends early once every row has
-        stopped.
+        stopped. ``on_round``: a speculative schedule's per-round view (tests, inspection).
         """
         input_ids, attention_mask = prepare_inputs(
             inputs, attention_mask, self.tokenizer, self.device
@@ -171,6 +173,24 @@ class SkipDecoder:
         eos_tensor = torch.tensor(eos_ids or [-1], device=device)
 
         n_steps = max(0, max_new_tokens - 1)
+        speculation = schedule.speculation()
+        if speculation is not None:
+            if return_logits:
+                raise ValueError(
+                    "return_logits=True is not available with a speculative schedule (its "
+                    "tokens come from verify passes, several per pass)"
+                )
+            _check_nested([speculation.draft.active_layers(g) for g in range(n_steps)])
+            with _eval_mode(self.model):
+                result = speculative_generate(
+                    self, input_ids, attention_mask, speculation, max_new_tokens, sampling,
+                    eos_ids, pad_id, stop, on_round,
+                )  # fmt: skip
+            out = speculative_output(result, self.num_layers, input_ids, attention_mask)
+            out.schedule = schedule.describe()
+            if decode_texts and self.tokenizer is not None:
+                out.texts = self.decode(out.generated_ids, eos_ids if stop else [])
+            return out
         run = schedule.start(B)
         static = schedule.static()
         if static is not None:

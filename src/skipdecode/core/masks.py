@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["position_ids_from_mask", "causal_attention_mask", "decode_attention_mask"]
+__all__ = [
+    "position_ids_from_mask",
+    "causal_attention_mask",
+    "decode_attention_mask",
+    "block_attention_mask",
+]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -45,3 +50,16 @@ def decode_attention_mask(
     keys = torch.ones(B, capacity, dtype=torch.bool, device=prompt_mask.device)
     keys[:, :P] = prompt_mask.bool()
     return _additive(keys[:, None, None, :], dtype)
+
+
+def block_attention_mask(
+    visible: torch.Tensor, column: int, T: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``(n, 1, T, column + T)`` additive mask for a block of ``T`` positions written at cache
+    column ``column``: each row sees its own ``visible`` ``(n, >= column)`` columns before the
+    block (a speculative batch has per-row holes there), then the block causally."""
+    n = visible.shape[0]
+    before = visible[:, None, :column].expand(n, T, column)
+    causal = torch.ones(T, T, dtype=torch.bool, device=visible.device).tril()
+    allowed = torch.cat([before, causal[None].expand(n, T, T)], dim=-1)
+    return _additive(allowed[:, None], dtype)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingConfig", "select_next"]
+__all__ = ["SamplingConfig", "select_next", "probabilities"]
 
 
 @dataclass(frozen=True)
@@ -36,14 +36,18 @@ def select_next(
     """Pick one token per row from ``(B, V)`` logits."""
     if not cfg.do_sample:
         return logits.argmax(dim=-1)
+    return torch.multinomial(probabilities(logits, cfg), 1, generator=generator).squeeze(-1)
+
+
+def probabilities(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """The distribution ``(..., V)`` sampling draws from: temperature, then top-p (float32)."""
     scores = logits.float() / cfg.temperature
     if cfg.top_p < 1.0:
         sorted_scores, order = scores.sort(dim=-1, descending=True)
         cum = sorted_scores.softmax(-1).cumsum(-1)
         # Drop tokens once the mass before them already reaches top_p; always keep the best.
         drop = (cum - sorted_scores.softmax(-1)) >= cfg.top_p
-        drop[:, 0] = False
+        drop[..., 0] = False
         sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
         scores = torch.full_like(scores, float("-inf")).scatter(-1, order, sorted_scores)
-    probs = scores.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return scores.softmax(-1)

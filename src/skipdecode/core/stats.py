@@ -8,7 +8,33 @@ from typing import Any
 
 import torch
 
-__all__ = ["GenerationStats", "GenerationOutput"]
+__all__ = ["GenerationStats", "GenerationOutput", "SpeculationCounts"]
+
+
+@dataclass
+class SpeculationCounts:
+    """What the rounds of one call did (summed over rows unless said otherwise)."""
+
+    rounds: int = 0
+    row_rounds: int = 0  # verify passes per row, summed over rows
+    drafted: int = 0  # proposals a row made
+    accepted: int = 0  # proposals the full model agreed with
+    draft_passes: int = 0
+    verify_passes: int = 0
+    verify_positions: int = 0  # positions the verify passes computed, over rows
+
+    def add(self, other: SpeculationCounts) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {n: getattr(self, n) for n in self.__dataclass_fields__}
+        out["acceptance_rate"] = self.accepted / self.drafted if self.drafted else None
+        # tokens a verify pass yields per row: the accepted proposals plus its own token
+        out["tokens_per_verify"] = (
+            (self.accepted + self.row_rounds) / self.row_rounds if self.row_rounds else None
+        )
+        return out
 
 
 @dataclass
@@ -26,10 +52,30 @@ class GenerationStats:
     # layers each row's token used at each pass, when the tokens of one pass differ (CALM)
     token_layers: list[list[int]] | None = None
     live_mask: list[list[bool]] | None = None
+    # speculative decoding: ``budgets``/``live_rows`` then list every draft and verify pass
+    speculation: SpeculationCounts | None = None
+
+    @property
+    def passes(self) -> int:
+        """Forward passes after the prefill (draft and verify passes when speculative)."""
+        return len(self.budgets)
 
     @property
     def decode_steps(self) -> int:
+        """Token steps after the prefill: one per generated token of the longest row after the
+        first (what the ``full`` schedule needs for the same output); equal to ``passes``
+        unless decoding is speculative."""
+        if self.speculation is not None:
+            return max(0, max(self.generated_lengths, default=0) - 1)
         return len(self.budgets)
+
+    @property
+    def token_count(self) -> int:
+        """Generated tokens the decode passes produced (every row's tokens after the first;
+        for one-token passes, the live rows summed over passes)."""
+        if self.speculation is not None:
+            return sum(max(0, n - 1) for n in self.generated_lengths)
+        return sum(self.live_rows)
 
     @property
     def layers_per_token(self) -> float:
@@ -37,7 +83,8 @@ class GenerationStats:
 
         Token 0 comes from the prefill (prompt positions run every layer); each later token is
         produced by a decode pass. When rows leave at different depths (CALM) this is each
-        token's own depth.
+        token's own depth. Speculative decoding: every layer pass of every draft and verify pass
+        (per row), over the tokens they produced.
         """
         if self.token_layers is not None and self.live_mask is not None:
             pairs = [
@@ -48,13 +95,14 @@ class GenerationStats:
             live = [d for d, ok in pairs if ok]
             return sum(live) / len(live) if live else float(self.num_layers)
         work = sum(b * n for b, n in zip(self.budgets, self.live_rows, strict=True))
-        rows = sum(self.live_rows)
+        rows = self.token_count
         return work / rows if rows else float(self.num_layers)
 
     @property
     def batch_layers_per_step(self) -> float:
-        """Mean layers the batch actually ran per decode pass (the cost the clock sees)."""
-        return sum(self.budgets) / len(self.budgets) if self.budgets else float(self.num_layers)
+        """Mean layers the batch actually ran per token step (the cost the clock sees)."""
+        steps = self.decode_steps
+        return sum(self.budgets) / steps if steps and self.budgets else float(self.num_layers)
 
     @property
     def theoretical_speedup(self) -> float:
@@ -85,6 +133,7 @@ class GenerationStats:
             "batch_size": self.batch_size,
             "prompt_length": self.prompt_length,
             "decode_steps": self.decode_steps,
+            "passes": self.passes,
             "budgets": list(self.budgets),
             "live_rows": list(self.live_rows),
             "generated_lengths": list(self.generated_lengths),
@@ -96,6 +145,7 @@ class GenerationStats:
             "decode_seconds": self.decode_seconds,
             "decode_ms_per_step": self.decode_ms_per_step,
             "tokens_per_second": self.tokens_per_second,
+            "speculation": None if self.speculation is None else self.speculation.as_dict(),
         }
 
 

@@ -19,7 +19,14 @@ import torch
 from .adapters import DecoderAdapter
 from .cache import KVCache
 
-__all__ = ["DecodeStep", "StepResult", "StepRunner", "LayerPlan", "PositionPlan"]
+__all__ = [
+    "DecodeStep",
+    "StepResult",
+    "StepRunner",
+    "LayerPlan",
+    "PositionPlan",
+    "Speculation",
+]
 
 
 @dataclass
@@ -84,15 +91,37 @@ class PositionPlan(Protocol):
     def active_layers(self, step: int) -> tuple[int, ...]: ...
 
 
+@dataclass(frozen=True)
+class Speculation:
+    """A draft plan (its layers per generation step), the draft length ``k`` and the optional
+    confidence ``threshold`` under which a row stops drafting."""
+
+    draft: PositionPlan
+    k: int
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"schedule.k={self.k!r} is not allowed: an integer >= 1")
+        if self.threshold is not None and not 0.0 < float(self.threshold) < 1.0:
+            raise ValueError(
+                f"schedule.threshold={self.threshold!r} is not allowed: null (always draft k "
+                "tokens) or a probability in (0, 1)"
+            )
+
+
 class LayerPlan(Protocol):
     """What the engine needs from a schedule (every :class:`~skipdecode.schedules.Schedule`
     is one): its layer count, a fresh runner per call, its position-only plan if it has one,
-    and a plain-data description."""
+    its speculation settings if it decodes speculatively (the engine then drafts and verifies
+    instead of calling the runner) and a plain-data description."""
 
     num_layers: int
 
     def start(self, batch_size: int) -> StepRunner: ...
 
     def static(self) -> PositionPlan | None: ...
+
+    def speculation(self) -> Speculation | None: ...
 
     def describe(self) -> dict: ...

@@ -24,6 +24,11 @@ the same work apart from the layers skipped:
   this is lower than the decode ratio; it is the end-to-end latency ratio per batch).
 * ``tokens_per_second``: generated tokens (EOS included) / (prefill + decode) seconds of the
   evaluated schedule; ``mean_generated_length``: tokens per input.
+* Speculative schedules (lossless): ``layers_per_token`` counts every draft and verify pass's
+  layers per row over the tokens they produced (weight reads per token); ``decode_steps`` is the
+  token steps the full model needs for the same output, ``passes`` the passes it took;
+  ``speculation`` holds acceptance (accepted / drafted), tokens per verify pass and the counts.
+  No ``consistency`` entry: its one-token cost model does not describe wider verify passes.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any
 
 from ..core.costs import ideal_speedup, step_cost_split
 from ..core.engine import SkipDecoder
-from ..core.stats import GenerationStats
+from ..core.stats import GenerationStats, SpeculationCounts
 from ..data.collate import left_pad
 from ..schedules import Schedule
 
@@ -59,12 +64,18 @@ class SpeedTotals:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     lengths: list[int] | None = None
+    passes: int = 0  # forward passes after the prefill (draft + verify when speculative)
+    speculation: SpeculationCounts | None = None
 
     def add(self, stats: GenerationStats) -> None:
-        live = sum(stats.live_rows)
-        self.work += stats.layers_per_token * live  # per-token depth (differs per row for CALM)
-        self.rows += live
+        tokens = stats.token_count
+        self.work += stats.layers_per_token * tokens  # per-token depth (per row for CALM)
+        self.rows += tokens
         self.batch_work += sum(stats.budgets)
+        self.passes += stats.passes
+        if stats.speculation is not None:
+            self.speculation = self.speculation or SpeculationCounts()
+            self.speculation.add(stats.speculation)
         self.steps += stats.decode_steps
         self.tokens += stats.tokens_generated
         self.prefill_s += stats.prefill_seconds
@@ -84,6 +95,7 @@ class SpeedTotals:
             if self.batch_work
             else 1.0,
             "decode_steps": self.steps,
+            "passes": self.passes,
             "tokens_generated": self.tokens,
             "mean_generated_length": self.tokens / n if n else 0.0,
             "prefill_seconds": self.prefill_s,
@@ -91,6 +103,7 @@ class SpeedTotals:
             "total_seconds": total,
             "decode_ms_per_step": 1000.0 * self.decode_s / max(1, self.steps),
             "tokens_per_second": self.tokens / total if total > 0 else float("nan"),
+            "speculation": None if self.speculation is None else self.speculation.as_dict(),
         }
 
 
@@ -265,6 +278,8 @@ def _consistency(run: GenerationRun, speed: Mapping[str, Any]) -> dict[str, Any]
     """
     measured, batch = speed.get("measured_speedup_decode"), speed.get("batch_speedup")
     if measured is None or not batch or run.cost_split is None or run.base is None:
+        return None
+    if run.main.speculation is not None:  # more passes than token steps; verify passes are wider
         return None
     first = run.times[0]
     passes = first.get("passes", [0.0])[0]

@@ -119,6 +119,9 @@ def summarize(quality: Mapping[str, Any], speed: Mapping[str, Any]) -> dict[str,
         "mean_generated_length",
     ):
         out[k] = speed.get(k)
+    speculation = speed.get("speculation") or {}
+    out["acceptance_rate"] = speculation.get("acceptance_rate")  # speculative schedules only
+    out["tokens_per_verify"] = speculation.get("tokens_per_verify")
     return out
 
 

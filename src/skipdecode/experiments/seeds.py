@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 __all__ = ["mean_ci95", "summarize_seeds"]
 
 _GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
-_MEANS = (*SPEEDS, "tokens_per_second", "mean_generated_length")
+_MEANS = (*SPEEDS, "tokens_per_second", "mean_generated_length", "acceptance_rate")
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:

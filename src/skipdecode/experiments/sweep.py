@@ -85,6 +85,8 @@ def _labels(c: Mapping[str, Any]) -> dict[str, Any]:
     sched = c.get("schedule") or {}
     choices = _choices()
     target = sched.get("target_speedup")
+    if target is None and isinstance(sched.get("draft"), Mapping):  # speculative: its draft's
+        target = sched["draft"].get("target_speedup")
     if target is None and sched.get("name") == "full":
         target = 1
     return {

@@ -67,6 +67,7 @@ COLUMNS: tuple[str, ...] = (
     "bertscore_f1",
     "tokens_per_second",
     "mean_generated_length",
+    "acceptance_rate",
     "job",
     "cell_id",
     "error",
@@ -85,6 +86,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     *(f"{m}_{part}" for m in QUALITY for part in ("delta", "delta_ci95_low", "delta_ci95_high")),
     "tokens_per_second",
     "mean_generated_length",
+    "acceptance_rate",
     "seeds",
     "error",
 )
@@ -99,6 +101,7 @@ _MD_HEADERS = {
     "bertscore_f1": "BERT-F",
     "tokens_per_second": "tok/s",
     "mean_generated_length": "mean len",
+    "acceptance_rate": "accept",
     "n_seeds": "seeds",
 }
 _MD_SKIP = ("cell_id", "record")

@@ -2,17 +2,18 @@
 
 ``base`` (the interfaces: any schedule, and position-only static ones), ``layout`` (SkipDecode's warm-up + top layout, its linear decay and the target-speedup rule),
 ``baselines`` (full, early exit, unified skipping, power law), ``adaptive`` (adaptive monotone
-SkipDecode), ``calm`` (CALM) and ``registry`` (``build_schedule`` by name). Importing the package
+SkipDecode), ``calm`` (CALM), ``speculative`` (lossless: a skip plan drafts, all layers verify) and ``registry`` (``build_schedule`` by name). Importing the package
 registers every built-in schedule; a new one is a module here plus a line below.
 """
 
-from . import adaptive, baselines, calm, layout  # noqa: F401  (registers the builders)
+from . import adaptive, baselines, calm, layout, speculative  # noqa: F401  (registers the builders)
 from .adaptive import AdaptiveSchedule
 from .base import Schedule, ScheduleError, ScheduleRun, StaticSchedule, position_layer_mask
 from .baselines import EarlyExitSchedule, FullSchedule, PowerLawSchedule, UnifiedSkipSchedule
 from .calm import CALMSchedule
 from .layout import BudgetSchedule, LinearSchedule, linear_for_speedup
 from .registry import build_schedule, method_label, register, schedule_names
+from .speculative import SpeculativeSchedule
 
 __all__ = [
     "AdaptiveSchedule",
@@ -25,6 +26,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "ScheduleRun",
+    "SpeculativeSchedule",
     "StaticSchedule",
     "UnifiedSkipSchedule",
     "build_schedule",

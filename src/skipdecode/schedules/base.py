@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.loss import token_loss_sums
-from ..core.step import DecodeStep, StepResult
+from ..core.step import DecodeStep, Speculation, StepResult
 
 if TYPE_CHECKING:
     from ..core.engine import SkipDecoder
@@ -104,6 +104,10 @@ class Schedule(ABC):
 
     def static(self) -> StaticSchedule | None:
         """The position-only plan, when the schedule has one (the engine checks it is nested)."""
+        return None
+
+    def speculation(self) -> Speculation | None:
+        """Draft-and-verify settings, when the schedule decodes speculatively (lossless)."""
         return None
 
     @property

@@ -1,0 +1,365 @@
+"""Lossless self-speculative decoding, batched: a skip plan drafts, every layer verifies.
+
+A *round*, from each row's last chosen token ``t0`` (not yet in the cache):
+
+1. **draft**: up to ``k`` one-token passes through the draft plan's layers (a static skip plan
+   at the batch's earliest generation step), proposing ``d1 .. dk``; with a ``threshold`` a row
+   stops proposing once the draft's top-1 probability falls below it (the round's drafting ends
+   when no row proposes);
+2. **verify**: one pass of ``[t0, d1 .. dm]`` through every layer (``m`` = the most any row
+   proposed); each row accepts its longest agreeing prefix of its own proposals and appends the
+   full model's token after it (the correction at the first disagreement, or the bonus token
+   after a fully accepted draft). Greedy: a proposal is accepted when it is the full model's
+   argmax. Sampling: the speculative sampling rule (:func:`accept_sampled`), so every output
+   follows the full model's distribution exactly.
+
+Cache. The batch shares one cache column pointer. Draft passes write their columns in the draft
+layers only; the verify pass rewinds to the round's first column and writes every layer there,
+so an accepted position holds exactly the full model's keys and values. Rows accept different
+numbers of tokens: a row's rejected columns become *holes*, hidden from that row by its own key
+mask (``visible``) and never read again, and the next round starts after the longest. Position
+ids count each row's own tokens, so holes do not shift them. Finished rows leave the batch (the
+cache keeps only live rows), so they stop costing.
+
+Accounting: every pass reports the layers it ran and for how many rows. ``layers_per_token`` is
+the layer passes (draft + verify, per row) per generated token after the first: what decoding
+costs when it is bound by reading weights, as small-batch decoding is; the verify pass computes
+``m + 1`` positions per layer, so its arithmetic is higher (``verify_positions``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from .acceptance import accept_greedy, accept_sampled
+from .adapters import DecoderAdapter
+from .cache import KVCache
+from .masks import block_attention_mask
+from .sampling import SamplingConfig, probabilities, select_next
+from .stats import GenerationOutput, GenerationStats, SpeculationCounts
+from .step import Speculation
+
+
+class SkipDecoder(Protocol):
+    """What the loop needs from the engine (:class:`~skipdecode.core.engine.SkipDecoder`)."""
+
+    adapter: DecoderAdapter
+    num_layers: int
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache: ...
+
+    def prefill(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: KVCache,
+        maskless: bool = False,
+    ) -> torch.Tensor: ...
+
+
+__all__ = ["RoundView", "SpeculativeResult", "speculative_generate", "speculative_output"]
+
+
+@dataclass
+class SpeculativeResult:
+    generated: torch.Tensor  # (B, N), padded after EOS
+    budgets: list[int]  # layers of every pass (draft and verify), in order
+    live_rows: list[int]  # rows in every pass
+    counts: SpeculationCounts
+    prefill_seconds: float
+    decode_seconds: float
+    verify_passes: list[bool] = field(default_factory=list)  # which passes were verify passes
+    lengths: list[int] = field(default_factory=list)  # tokens per row, EOS included
+
+
+def speculative_output(
+    result: SpeculativeResult,
+    num_layers: int,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+) -> GenerationOutput:
+    """The engine's output for a speculative call: ids cut to the longest row, and stats that
+    list every draft and verify pass (``GenerationStats.speculation`` holds the counts)."""
+    lengths = result.lengths
+    gen = result.generated[:, : max(lengths, default=0)]
+    return GenerationOutput(
+        sequences=torch.cat([input_ids, gen], dim=1),
+        generated_ids=gen,
+        prompt_mask=attention_mask,
+        stats=GenerationStats(
+            num_layers=num_layers,
+            prompt_length=input_ids.shape[1],
+            budgets=result.budgets,
+            live_rows=result.live_rows,
+            generated_lengths=lengths,
+            prefill_seconds=result.prefill_seconds,
+            decode_seconds=result.decode_seconds,
+            batch_size=input_ids.shape[0],
+            speculation=result.counts,
+        ),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The decode loop
+# ----------------------------------------------------------------------------------------------
+def speculative_generate(
+    decoder: SkipDecoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    spec: Speculation,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    stop: bool,
+    on_round: Callable[[RoundView], None] | None = None,
+) -> SpeculativeResult:
+    """Decode a left-padded batch speculatively (see the module docstring). ``on_round`` sees
+    the cache and the live rows after every round (for tests and inspection)."""
+    B, P = input_ids.shape
+    N = max_new_tokens
+    device = input_ids.device
+    generator = sampling.generator(device)
+    eos = torch.tensor(list(eos_ids) if stop and eos_ids else [-1], device=device)
+    out = torch.full((B, N), pad_id, dtype=torch.long, device=device)
+    counts = SpeculationCounts()
+    result = SpeculativeResult(out, [], [], counts, 0.0, 0.0)
+    cache = decoder.new_cache(B, P + N + spec.k + 1)
+
+    t0 = _now(device)
+    logits = decoder.prefill(input_ids, attention_mask, cache, maskless=False)
+    t1 = _now(device)
+    result.prefill_seconds = t1 - t0
+    if N == 0:
+        result.lengths = [0] * B
+        return result
+    state = _Rows.start(input_ids, attention_mask, select_next(logits, sampling, generator), eos)
+    out[:, 0] = state.token
+    final_lengths = state.lengths.clone()  # per original row, EOS included
+    column = P  # the next cache column every row writes
+    limit = decoder.adapter.max_positions - 1
+    while True:
+        state.finished |= state.lengths >= N
+        if bool(state.finished.all()):
+            break
+        if bool(state.finished.any()):
+            keep = (~state.finished).nonzero().squeeze(1)
+            state = state.select(keep)
+            cache.select_rows(keep)
+        remaining = N - state.lengths
+        m_max = min(spec.k, int(remaining.max()) - 1)
+        cache.reserve(column + m_max + 1)
+        state.reserve(column + m_max + 1)
+        column = _round(
+            decoder,
+            cache,
+            state,
+            spec,
+            m_max,
+            remaining,
+            column,
+            sampling,
+            generator,
+            result,
+            limit,
+        )
+        for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
+            n_new = int(state.new_counts[r])
+            start = int(state.lengths[r]) - n_new
+            out[row, start : start + n_new] = state.new_tokens[r, :n_new]
+        final_lengths[state.rows] = state.lengths
+        if on_round is not None:
+            on_round(RoundView(cache, state.rows, state.visible[:, :column], state.lengths))
+    result.decode_seconds = _now(device) - t1
+    result.lengths = [int(n) for n in final_lengths.tolist()]
+    return result
+
+
+@dataclass(frozen=True)
+class RoundView:
+    """The state after a round: ``cache`` (live rows only), which original row each cache row
+    is, each row's visible cache columns ``(n, columns)`` and its generated length (its last
+    token is not in the cache yet)."""
+
+    cache: Any
+    rows: torch.Tensor
+    visible: torch.Tensor
+    lengths: torch.Tensor
+
+
+@dataclass
+class _Rows:
+    """The live rows' state (original row index, lengths, positions, key visibility)."""
+
+    rows: torch.Tensor  # (n,) index into the original batch
+    token: torch.Tensor  # (n,) last chosen token, not yet in the cache
+    lengths: torch.Tensor  # (n,) tokens generated so far
+    valid: torch.Tensor  # (n,) real prompt tokens
+    visible: torch.Tensor  # (n, capacity) bool: cache columns this row may attend to
+    finished: torch.Tensor  # (n,) bool
+    eos: torch.Tensor
+    new_tokens: torch.Tensor | None = None  # (n, m + 1) this round's emitted tokens
+    new_counts: torch.Tensor | None = None  # (n,)
+
+    @classmethod
+    def start(cls, input_ids, attention_mask, token, eos) -> _Rows:
+        B, P = input_ids.shape
+        visible = torch.zeros(B, P, dtype=torch.bool, device=input_ids.device)
+        visible[:, :P] = attention_mask.bool()
+        return cls(
+            rows=torch.arange(B, device=input_ids.device),
+            token=token,
+            lengths=torch.ones(B, dtype=torch.long, device=input_ids.device),
+            valid=attention_mask.long().sum(-1),
+            visible=visible,
+            finished=torch.isin(token, eos),
+            eos=eos,
+        )
+
+    def select(self, keep: torch.Tensor) -> _Rows:
+        return _Rows(
+            rows=self.rows[keep],
+            token=self.token[keep],
+            lengths=self.lengths[keep],
+            valid=self.valid[keep],
+            visible=self.visible[keep],
+            finished=self.finished[keep],
+            eos=self.eos,
+        )
+
+    def reserve(self, columns: int) -> None:
+        extra = columns - self.visible.shape[1]
+        if extra > 0:
+            self.visible = torch.cat(
+                [self.visible, self.visible.new_zeros(len(self.rows), extra)], 1
+            )
+
+
+def _round(
+    decoder: SkipDecoder,
+    cache: Any,
+    state: _Rows,
+    spec: Speculation,
+    m_max: int,
+    remaining: torch.Tensor,
+    column: int,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    result: SpeculativeResult,
+    limit: int,
+) -> int:
+    """One draft-and-verify round over the live rows; returns the next round's first column."""
+    n = len(state.rows)
+    device = state.token.device
+    L = decoder.num_layers
+    g_min = int(state.lengths.min()) - 1  # generation step of the least advanced row's input
+    pos0 = state.valid + state.lengths - 1  # (n,) position id of each row's input token
+    state.visible[:, column : column + m_max + 1] = True  # this round's columns, causally below
+    # -- draft ------------------------------------------------------------------------------
+    drafts: list[torch.Tensor] = []
+    q_dists: list[torch.Tensor] = []
+    proposing = remaining > 1  # a row needs proposals only if it still needs 2+ tokens
+    proposed = torch.zeros(n, dtype=torch.long, device=device)
+    current = state.token
+    for j in range(m_max):
+        if not bool(proposing.any()):
+            break
+        layers = spec.draft.active_layers(g_min + j)
+        logits = _pass(
+            decoder, cache, state, current[:, None], pos0[:, None] + j, column + j, layers, limit
+        )
+        result.budgets.append(len(layers))
+        result.live_rows.append(n)
+        result.verify_passes.append(False)
+        result.counts.draft_passes += 1
+        logits = logits[:, 0]
+        if sampling.do_sample:
+            q = probabilities(logits, sampling)
+            d = torch.multinomial(q, 1, generator=generator).squeeze(-1)
+            q_dists.append(q)
+            confidence = q.max(-1).values
+        else:
+            d = logits.argmax(-1)
+            confidence = logits.float().softmax(-1).max(-1).values if spec.threshold else None
+        if spec.threshold is not None and confidence is not None:
+            proposing = proposing & (confidence >= spec.threshold)
+        proposed += proposing.long()
+        # a row stops after proposing EOS or reaching the tokens it still needs
+        proposing = proposing & ~torch.isin(d, state.eos) & (proposed < remaining - 1)
+        drafts.append(d)
+        current = d
+    m = int(proposed.max()) if drafts else 0
+    block = torch.stack(drafts[:m], 1) if m else state.token.new_zeros(n, 0)
+    # -- verify -----------------------------------------------------------------------------
+    cache.rewind(column)
+    inputs = torch.cat([state.token[:, None], block], 1)  # (n, m + 1)
+    positions = pos0[:, None] + torch.arange(m + 1, device=device)
+    full = _pass(decoder, cache, state, inputs, positions, column, range(L), limit)
+    result.budgets.append(L)
+    result.live_rows.append(n)
+    result.verify_passes.append(True)
+    if sampling.do_sample:
+        p = probabilities(full, sampling)
+        q = torch.stack(q_dists[:m], 1) if m else p[:, :0]
+        accepted, nxt = accept_sampled(block, proposed, p, q, generator)
+    else:
+        accepted, nxt = accept_greedy(block, proposed, full)
+    # -- emit -------------------------------------------------------------------------------
+    idx = torch.arange(m + 1, device=device)
+    emitted = torch.where(idx < accepted[:, None], torch.cat([block, nxt[:, None]], 1), 0)
+    emitted = emitted.scatter(1, accepted[:, None], nxt[:, None])
+    count = torch.minimum(accepted + 1, remaining)
+    is_eos = torch.isin(emitted, state.eos) & (idx < count[:, None])
+    hit = is_eos.any(-1)
+    count = torch.where(hit, is_eos.long().argmax(-1) + 1, count)
+    state.new_tokens, state.new_counts = emitted, count
+    state.lengths = state.lengths + count
+    state.finished = state.finished | hit
+    state.token = nxt
+    # accepted inputs (t0 and the accepted proposals) stay visible; the rest become holes
+    state.visible[:, column : column + m_max + 1] = False
+    state.visible[:, column : column + m + 1] = idx <= accepted[:, None]
+    c = result.counts
+    c.rounds += 1
+    c.row_rounds += n
+    c.drafted += int(proposed.sum())
+    c.accepted += int(accepted.sum())
+    c.verify_passes += 1
+    c.verify_positions += n * (m + 1)
+    return column + m + 1
+
+
+def _pass(
+    decoder: SkipDecoder,
+    cache: Any,
+    state: _Rows,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    column: int,
+    layers: Sequence[int],
+    limit: int,
+) -> torch.Tensor:
+    """``tokens`` ``(n, T)`` at ``positions`` through ``layers``, writing cache columns
+    ``column ..``; logits ``(n, T, V)``. Positions past the model's limit (inputs no row will
+    use) are clamped."""
+    adapter = decoder.adapter
+    positions = positions.clamp(max=limit)
+    hidden = adapter.embed(tokens, positions)
+    kwargs = adapter.layer_kwargs(hidden, positions)
+    mask = block_attention_mask(state.visible, column, tokens.shape[1], hidden.dtype)
+    cache.begin(column)
+    for layer_idx in layers:
+        hidden = adapter.run_layer(layer_idx, hidden, mask, kwargs, cache)
+    return adapter.head(hidden)
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

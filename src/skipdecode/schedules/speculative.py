@@ -1,0 +1,148 @@
+"""Lossless SkipDecode: a static skip plan drafts, the full model verifies (self-speculative).
+
+The output is the full model's, token for token when greedy and in distribution when sampling
+(``core.speculative`` decodes it, batched); the skip plan only decides how fast. Config::
+
+    name: speculative
+    draft: {name: target, target_speedup: 2}   # any static schedule but the full model
+    k: 4                                       # proposals per round (at most)
+    threshold: null                            # or a probability: stop proposing below it
+    recipe: joint                              # training: joint | full | draft
+    draft_weight: 1.0                          # joint: loss = full-plan + draft_weight * draft
+
+Training. A model fine-tuned only under its skip plan degrades with all layers, and the full
+model is the verifier. ``recipe: joint`` trains both paths on every batch (the mean target-token
+loss of the full plan plus ``draft_weight`` times that of the draft plan); ``full`` trains the
+full plan only (a plain fine-tune, the draft untrained), ``draft`` the draft plan only (what
+SkipDecode itself trains). Validation loss is the full plan's: it is what the output follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..core.step import Speculation
+from .base import Schedule, ScheduleRun, StaticSchedule, plan_loss_sums, require
+from .baselines import FullSchedule
+from .registry import build_schedule, register
+
+if TYPE_CHECKING:
+    from ..core.engine import SkipDecoder
+
+__all__ = ["SpeculativeSchedule", "RECIPES"]
+
+RECIPES = ("joint", "full", "draft")
+#: how far ahead the draft plan is checked to be cheaper than the full model somewhere
+_HORIZON = 4096
+
+
+class SpeculativeSchedule(Schedule):
+    """Draft with ``draft`` (a static skip plan), verify with every layer."""
+
+    name = "speculative"
+
+    def __init__(
+        self,
+        draft: StaticSchedule,
+        k: int = 4,
+        threshold: float | None = None,
+        recipe: str = "joint",
+        draft_weight: float = 1.0,
+    ):
+        super().__init__(draft.num_layers)
+        require(
+            isinstance(draft, StaticSchedule) and not isinstance(draft, SpeculativeSchedule),
+            "draft",
+            getattr(draft, "name", draft),
+            "a static schedule (target, linear, budgets, early_exit, unified, power_law)",
+        )
+        require(
+            any(draft.budget(g) < self.num_layers for g in range(_HORIZON)),
+            "draft",
+            draft.describe(),
+            "a plan that skips layers somewhere; the full model cannot draft for itself",
+        )
+        require(recipe in RECIPES, "recipe", recipe, f"one of {RECIPES}")
+        require(
+            isinstance(draft_weight, (int, float)) and draft_weight >= 0,
+            "draft_weight",
+            draft_weight,
+            "a number >= 0",
+        )
+        self._speculation = Speculation(draft, k, threshold)  # checks k and threshold
+        self.draft = draft
+        self.k = k
+        self.threshold = threshold
+        self.recipe = recipe
+        self.draft_weight = float(draft_weight)
+
+    def start(self, batch_size: int) -> ScheduleRun:
+        raise TypeError("a speculative schedule decodes through SkipDecoder.generate only")
+
+    def speculation(self) -> Speculation:
+        return self._speculation
+
+    def loss_sums(
+        self,
+        decoder: SkipDecoder,
+        batch: Mapping[str, torch.Tensor],
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.recipe == "draft":
+            return plan_loss_sums(decoder, batch, self.draft)
+        full_sum, count = plan_loss_sums(decoder, batch, FullSchedule(self.num_layers))
+        if self.recipe == "full" or self.draft_weight == 0:
+            return full_sum, count
+        draft_sum, _ = plan_loss_sums(decoder, batch, self.draft)
+        return full_sum + self.draft_weight * draft_sum, count
+
+    def validation_plan(self, expected_length: int | None = None) -> StaticSchedule:
+        return FullSchedule(self.num_layers)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "num_layers": self.num_layers,
+            "draft": self.draft.describe(),
+            "k": self.k,
+            "threshold": self.threshold,
+            "recipe": self.recipe,
+            "draft_weight": self.draft_weight,
+        }
+
+
+@register("speculative", method="speculative")
+def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedule:
+    draft_cfg = cfg.get("draft")
+    require(
+        isinstance(draft_cfg, Mapping) and "name" in draft_cfg,
+        "draft",
+        draft_cfg,
+        "a schedule config with a name, e.g. {name: target, target_speedup: 2}",
+    )
+    require(
+        draft_cfg.get("name") != "speculative",
+        "draft.name",
+        draft_cfg.get("name"),
+        "a static schedule, not another speculative one",
+    )
+    draft = build_schedule(draft_cfg, num_layers, expected_length)
+    static = draft.static()
+    require(
+        static is not None and draft.static() is draft,
+        "draft.name",
+        draft_cfg.get("name"),
+        "a static schedule (its layers depend on the position only): target, linear, budgets, "
+        "early_exit, unified, power_law",
+    )
+    threshold = cfg.get("threshold")
+    return SpeculativeSchedule(
+        static,  # type: ignore[arg-type]
+        k=cfg.get("k", 4),
+        threshold=None if threshold is None else float(threshold),
+        recipe=str(cfg.get("recipe", "joint")),
+        draft_weight=cfg.get("draft_weight", 1.0),
+    )

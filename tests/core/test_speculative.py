@@ -1,0 +1,234 @@
+"""Lossless speculative decoding: the full model's output token for token (greedy) and in
+distribution (sampling), the full model's cache at accepted positions, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from tiny_models import EOS, FAMILIES, PAD, left_padded_batch
+from transformers import OPTConfig, OPTForCausalLM
+
+from skipdecode.core.acceptance import accept_sampled
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.schedules import FullSchedule, ScheduleError, SpeculativeSchedule, build_schedule
+from skipdecode.schedules.base import plan_loss_sums
+
+L = 8
+N = 24
+DRAFTS = {
+    "target_2x": {"name": "target", "target_speedup": 2, "expected_length": N},
+    "target_4x": {"name": "target", "target_speedup": 4, "expected_length": N},
+    "early_exit": {"name": "early_exit", "exit_layers": 3},
+    "unified": {"name": "unified", "target_speedup": 2},
+}
+
+
+def speculative(draft: str = "target_2x", k: int = 3, **extra) -> SpeculativeSchedule:
+    cfg = {"name": "speculative", "draft": DRAFTS[draft], "k": k, **extra}
+    return build_schedule(cfg, L, N)  # type: ignore[return-value]
+
+
+def _eos_mid_generation(decoder: SkipDecoder, ids, mask) -> int:
+    """A token the full model's greedy output holds in one row but not at its start, so rows
+    stop at EOS at different steps when it is the EOS."""
+    ref = decoder.generate(ids, FullSchedule(L), N, mask, stop_at_eos=False, decode_texts=False)
+    return int(ref.generated_ids[1, N // 3])
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("k", [1, 2, 5])
+@pytest.mark.parametrize("draft", sorted(DRAFTS))
+def test_greedy_output_is_the_full_models_token_for_token(family, k, draft):
+    decoder = SkipDecoder(FAMILIES[family](num_layers=L))
+    ids, mask = left_padded_batch([5, 11, 3, 8, 6])
+    eos = _eos_mid_generation(decoder, ids, mask)
+    for stop in (False, True):
+        kwargs = dict(stop_at_eos=stop, eos_token_id=eos, pad_token_id=PAD, decode_texts=False)
+        full = decoder.generate(ids, FullSchedule(L), N, mask, **kwargs)
+        spec = decoder.generate(ids, speculative(draft, k), N, mask, **kwargs)
+        assert torch.equal(spec.generated_ids, full.generated_ids), (stop, spec.stats.speculation)
+        assert spec.stats.generated_lengths == full.stats.generated_lengths
+    counts = spec.stats.speculation
+    assert counts.drafted > 0 and 0 <= counts.accepted <= counts.drafted
+    assert counts.verify_passes == counts.rounds and counts.draft_passes >= counts.rounds - 1
+    assert min(spec.stats.generated_lengths) < N  # some rows stopped at EOS ...
+    assert spec.stats.live_rows[-1] < len(ids)  # ... and left the batch: they stop costing
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_adaptive_draft_length_and_both_caches_stay_exact(cache):
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L), cache=cache)
+    ids, mask = left_padded_batch([4, 9, 7])
+    full = decoder.generate(ids, FullSchedule(L), N, mask, stop_at_eos=False, decode_texts=False)
+    for threshold in (None, 0.02, 0.5):
+        out = decoder.generate(
+            ids, speculative(k=4, threshold=threshold), N, mask, stop_at_eos=False
+        )
+        assert torch.equal(out.generated_ids, full.generated_ids), threshold
+        if threshold == 0.5:  # a random model is never that sure: nothing proposed
+            assert out.stats.speculation.drafted == 0
+
+
+def test_cache_after_every_round_holds_the_full_models_keys_and_values():
+    model = FAMILIES["llama"](num_layers=L)
+    decoder = SkipDecoder(model)
+    ids, mask = left_padded_batch([6, 2, 9])
+    seen = []
+
+    def snapshot(view) -> None:
+        for r, row in enumerate(view.rows.tolist()):
+            cols = view.visible[r].nonzero().squeeze(1)
+            keys = [view.cache.keys[layer][r][:, cols].clone() for layer in range(L)]
+            values = [view.cache.values[layer][r][:, cols].clone() for layer in range(L)]
+            seen.append((row, int(view.lengths[r]), keys, values))
+
+    out = decoder.generate(
+        ids, speculative("early_exit", k=3), N, mask, stop_at_eos=False, on_round=snapshot
+    )
+    assert len({row for row, *_ in seen}) == len(ids) and len(seen) > len(ids)
+    for row, length, keys, values in seen:
+        prompt = ids[row][mask[row].bool()]
+        tokens = torch.cat([prompt, out.generated_ids[row, : length - 1]])[None]
+        ref = model(tokens, use_cache=True).past_key_values
+        for layer in range(L):
+            ref_k, ref_v = ref.layers[layer].keys[0], ref.layers[layer].values[0]
+            torch.testing.assert_close(keys[layer], ref_k, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(values[layer], ref_v, atol=1e-5, rtol=1e-5)
+
+
+def _tiny_vocab_model() -> OPTForCausalLM:
+    torch.manual_seed(3)
+    cfg = OPTConfig(
+        vocab_size=6,
+        hidden_size=16,
+        num_hidden_layers=4,
+        ffn_dim=32,
+        num_attention_heads=2,
+        max_position_embeddings=32,
+        word_embed_proj_dim=16,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=5,
+        dropout=0.0,
+    )
+    cfg._attn_implementation = "sdpa"
+    model = OPTForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharp logits, and upper layers that matter: the draft differs
+        model.lm_head.weight.mul_(6.0)
+        for layer in model.model.decoder.layers[1:]:
+            layer.fc2.weight.mul_(10.0)
+    return model
+
+
+def test_sampling_follows_the_full_models_distribution():
+    """Many seeded draws of one prompt: each context's second and third tokens are distributed
+    as the full model says (chi-square, fixed seed); the draft's own distribution is rejected
+    by the same test, so the test can tell them apart."""
+    model = _tiny_vocab_model()
+    decoder = SkipDecoder(model)
+    rows = 6000
+    ids = torch.tensor([[1, 2, 3]]).repeat(rows, 1)
+    sched = SpeculativeSchedule(
+        build_schedule({"name": "early_exit", "exit_layers": 1}, 4), k=2
+    )  # a poor draft: many rejections, so the residual draws are exercised
+    out = decoder.generate(
+        ids, sched, 3, do_sample=True, seed=7, stop_at_eos=False, decode_texts=False
+    )
+    gen = out.generated_ids
+    assert out.stats.speculation.accepted < out.stats.speculation.drafted
+    with torch.no_grad():
+        for pos in (1, 2):  # the tokens the speculative rounds produced
+            contexts = torch.cat([ids, gen[:, :pos]], 1)
+            full_p = model(contexts).logits[:, -1].detach().float().softmax(-1)  # (rows, V)
+            draft = SkipDecoder(model).forward(
+                contexts, layer_mask=_only_first_layer(contexts.shape)
+            )
+            draft_p = draft[:, -1].detach().float().softmax(-1)
+            observed = torch.bincount(gen[:, pos], minlength=6).double()
+            good = chisquare(observed, _expected(full_p, rows)).pvalue
+            bad = chisquare(observed, _expected(draft_p, rows)).pvalue
+            assert good > 1e-3, (pos, good)
+            assert bad < 1e-6, (pos, bad)
+
+
+def _expected(probs: torch.Tensor, rows: int) -> torch.Tensor:
+    counts = probs.double().sum(0)
+    return counts * (rows / counts.sum())
+
+
+def _only_first_layer(shape: tuple[int, int]) -> torch.Tensor:
+    mask = torch.ones(shape[0], 4, shape[1], dtype=torch.bool)
+    mask[:, 1:, -1] = False  # the last position runs layer 0 only: the draft's view
+    return mask
+
+
+def test_acceptance_rule_emits_p_exactly():
+    """The rule's output token, over many independent rows drafting from ``q``, has the
+    distribution ``p`` (first position), and ``p`` at the next position after an acceptance."""
+    g = torch.Generator().manual_seed(0)
+    V, n = 5, 400_000
+    p = torch.tensor([[0.5, 0.2, 0.1, 0.1, 0.1], [0.05, 0.05, 0.1, 0.2, 0.6]])
+    q = torch.tensor([[0.1, 0.1, 0.2, 0.3, 0.3]])
+    drafts = torch.multinomial(q.expand(n, V), 1, replacement=True, generator=g)
+    accepted, nxt = accept_sampled(
+        drafts, torch.ones(n, dtype=torch.long), p.expand(n, 2, V), q.expand(n, 1, V), g
+    )
+    first = torch.where(accepted == 1, drafts[:, 0], nxt)
+    freq = torch.bincount(first, minlength=V).double() / n
+    torch.testing.assert_close(freq, p[0].double(), atol=3e-3, rtol=0)
+    expected_accept = torch.minimum(q[0], p[0]).sum()  # sum_x min(p, q)
+    assert abs(accepted.double().mean() - expected_accept) < 3e-3
+    bonus = torch.bincount(nxt[accepted == 1], minlength=V).double() / int(accepted.sum())
+    torch.testing.assert_close(bonus, p[1].double(), atol=5e-3, rtol=0)
+
+
+def test_joint_recipe_trains_the_full_and_the_draft_plan():
+    decoder = SkipDecoder(FAMILIES["opt"](num_layers=L))
+    ids, mask = left_padded_batch([7, 7])
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": ids.masked_fill(torch.arange(7) < 3, -100),
+        "prompt_lengths": torch.tensor([3, 3]),
+    }
+    sched = speculative("target_2x", draft_weight=0.5)
+    full_sum, count = plan_loss_sums(decoder, batch, FullSchedule(L))
+    draft_sum, _ = plan_loss_sums(decoder, batch, sched.draft)
+    total, n = sched.loss_sums(decoder, batch)
+    torch.testing.assert_close(total, full_sum + 0.5 * draft_sum)
+    assert int(n) == int(count)
+    torch.testing.assert_close(speculative(recipe="draft").loss_sums(decoder, batch)[0], draft_sum)
+    assert sched.validation_plan().runs_every_layer
+    again = build_schedule(sched.describe(), L)
+    assert again.describe() == sched.describe()
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ({"k": 0}, r"schedule\.k=0 .*integer >= 1"),
+        ({"k": 2.5}, r"schedule\.k=2\.5"),
+        ({"threshold": 1.5}, r"schedule\.threshold=1\.5 .*\(0, 1\)"),
+        ({"draft": {"name": "full"}}, r"schedule\.draft=.*skips layers"),
+        ({"draft": {"name": "adaptive", "target_speedup": 2}}, r"schedule\.draft\.name='adaptive'"),
+        ({"draft": {"name": "speculative"}}, r"schedule\.draft\.name='speculative'"),
+        ({"draft": None}, r"schedule\.draft=None"),
+        ({"recipe": "both"}, r"schedule\.recipe='both' .*joint"),
+    ],
+)
+def test_bad_settings_are_refused_clearly(cfg, match):
+    full_cfg = {"name": "speculative", "draft": DRAFTS["target_2x"], "k": 2, **cfg}
+    with pytest.raises((ScheduleError, ValueError), match=match):
+        build_schedule(full_cfg, L, N)
+
+
+def test_speculative_schedule_is_not_a_step_runner():
+    with pytest.raises(TypeError, match="SkipDecoder.generate"):
+        speculative().start(2)
+    ids, mask = left_padded_batch([3, 4])
+    with pytest.raises(ValueError, match="return_logits"):
+        SkipDecoder(FAMILIES["opt"](num_layers=L)).generate(
+            ids, speculative(), 4, mask, return_logits=True
+        )
+    assert EOS != PAD
