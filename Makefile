@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu compare bench bench-decode clean
+.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu compare bench bench-decode bench-speculative speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -68,7 +68,7 @@ reproduce-cpu: $(STAMP) smollm2 ## The same pipeline offline at CPU scale on rea
 		schedule=full,target_2x,target_3x $(ARGS)
 
 # Every method at 2x and 4x, plus the full baseline (issue: methods beyond the paper).
-METHODS := full,target_2x,target_4x,early_exit_2x,early_exit_4x,unified_2x,unified_4x,power_law_2x,power_law_4x,adaptive_2x,adaptive_4x,calm_2x,calm_4x
+METHODS := full,target_2x,target_4x,early_exit_2x,early_exit_4x,unified_2x,unified_4x,power_law_2x,power_law_4x,adaptive_2x,adaptive_4x,calm_2x,calm_4x,speculative_2x,speculative_4x
 
 compare: $(STAMP) ## Every method at 2x and 4x vs full on tiny/synthetic: one multirun, table + plot
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=compare \
@@ -80,6 +80,14 @@ presets: $(STAMP) ## Regenerate conf/schedule/skipdecode_*x_*l.yaml from the tar
 bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 new tokens (outputs/bench/)
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-350m --batch-sizes 8 --prompt-len 32 \
 		--new-tokens 64 --speedups 2 3 --repeats 3 --name decode-opt350m-b8
+
+bench-speculative: $(STAMP) smollm2 ## Lossless mode on SmolLM2 chat prompts: acceptance, ms/token vs full and transformers (batch 1/8/32, k 2/4/6)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
+		--repeats 3 --name speculative-smollm2 $(ARGS)
+
+speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \
+		schedule=speculative_2x schedule.recipe=draft,joint,full eval.speed.baseline=null eval.limit=100 $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \

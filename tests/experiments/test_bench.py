@@ -105,3 +105,39 @@ def test_train_bench_writes_complete_json(tmp_path):
     assert set(cell["variants"]) == {"full", "2x", "2x-masked"}
     for row in cell["variants"].values():
         assert row["tokens_per_s"] > 0 and row["step_ms"] > 0
+
+
+def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
+    """The lossless-mode benchmark on SmolLM2 chat prompts: acceptance, tokens per verify,
+    speedups, and every speculative output checked against the full model's."""
+    from ci import skip_unless_ci
+
+    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+    from skipdecode.models.assets import smollm2_dir
+
+    try:
+        path = smollm2_dir(create=False)
+    except FileNotFoundError as err:
+        skip_unless_ci(f"SmolLM2 not converted (make smollm2): {err}")
+    bench_speculative_main(
+        [
+            f"--model={path}",
+            "--batch-sizes",
+            "2",
+            "--ks",
+            "2",
+            "--new-tokens=6",
+            "--repeats=1",
+            f"--out={tmp_path}",
+            "--name=spec",
+        ]
+    )
+    result = json.loads((tmp_path / "spec.json").read_text())
+    (cell,) = result["cells"]
+    rows = cell["variants"]
+    assert set(rows) == {"transformers-generate", "skipdecode-full", "speculative-k2"}
+    spec = rows["speculative-k2"]
+    assert spec["identical_to_full"] is True
+    assert 0 <= spec["acceptance_rate"] <= 1 and spec["tokens_per_verify"] >= 1
+    assert spec["layers_per_token"] > 0 and spec["speedup_vs_full"] > 0
+    assert "| speculative-k2 |" in (tmp_path / "spec.md").read_text()

@@ -32,6 +32,30 @@ def time_call(fn: Callable[[], Any], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
+def transformers_generate_seconds(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, pad_id: int
+) -> tuple[float, float]:
+    """(prefill, decode) seconds of transformers' greedy ``generate`` for exactly
+    ``new_tokens`` tokens (EOS off): the prefill is timed alone, the decode is the rest."""
+    with torch.no_grad():
+        prefill = time_call(
+            lambda: model(input_ids=ids, attention_mask=mask, use_cache=True), ids.device
+        )
+        total = time_call(
+            lambda: model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                eos_token_id=None,
+                pad_token_id=pad_id,
+            ),
+            ids.device,
+        )
+    return prefill, max(total - prefill, 0.0)
+
+
 def step_cost_split(
     dec: SkipDecoder, ids: torch.Tensor, mask: torch.Tensor, steps: int
 ) -> dict[str, float]:

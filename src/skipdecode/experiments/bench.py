@@ -26,12 +26,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.costs import step_cost_split, time_call
+from ..core.costs import step_cost_split, time_call, transformers_generate_seconds
 from ..core.engine import SkipDecoder
-from ..io import write_json_atomic
-from ..provenance import provenance
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
-from .bench_tables import decode_table, train_table
+from .bench_tables import decode_table, train_table, write_bench
 from .shapes import SHAPES, build_random_model
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
@@ -81,26 +79,11 @@ def bench_decode(
         }
 
     def run_hf() -> dict[str, float]:
-        with torch.no_grad():
-            prefill = time_call(
-                lambda: model(input_ids=ids, attention_mask=mask, use_cache=True), dev
-            )
-            total = time_call(
-                lambda: model.generate(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    do_sample=False,
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    eos_token_id=None,
-                    pad_token_id=0,
-                ),
-                dev,
-            )
+        prefill, decode = transformers_generate_seconds(model, ids, mask, new_tokens, 0)
         # generate = one prefill + (new_tokens - 1) cached decode passes
         return {
             "prefill_s": prefill,
-            "decode_s": max(total - prefill, 0.0),
+            "decode_s": decode,
             "steps": new_tokens - 1,
             "layers_per_token": float(L),
         }
@@ -299,19 +282,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(train_table([cell]), flush=True)
     table = decode_table(cells) if args.mode == "decode" else train_table(cells)
     stem = args.name or f"{args.mode}-{args.device}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
-        args.out / f"{stem}.json",
-        {
-            "mode": args.mode,
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "cells": cells,
-            "provenance": provenance(),
-        },
-    )
-    (args.out / f"{stem}.md").write_text(table)
-    print(table)
-    print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.md')}")
+    write_bench(args.out, stem, {"mode": args.mode, "args": vars(args), "cells": cells}, table)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,27 @@
-"""Markdown tables of benchmark results (decode: per variant and the cost split; training)."""
+"""Markdown tables of benchmark results (decode: per variant and the cost split; training) and
+the one way a benchmark writes them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-__all__ = ["decode_table", "train_table"]
+from ..io import write_json_atomic
+from ..provenance import provenance
+
+__all__ = ["decode_table", "train_table", "write_bench"]
+
+
+def write_bench(out: Path, stem: str, payload: dict[str, Any], table: str) -> None:
+    """``<out>/<stem>.json`` (``payload`` with the arguments as strings and the provenance) and
+    ``<out>/<stem>.md`` (``table``); prints the table and where they went."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = dict(payload)
+    payload["args"] = {k: str(v) for k, v in (payload.get("args") or {}).items()}
+    write_json_atomic(out / f"{stem}.json", {**payload, "provenance": provenance()})
+    (out / f"{stem}.md").write_text(table)
+    print(table)
+    print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")
 
 
 def decode_table(cells: list[dict[str, Any]]) -> str:

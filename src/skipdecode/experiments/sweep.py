@@ -94,15 +94,20 @@ def _labels(c: Mapping[str, Any]) -> dict[str, Any]:
         "dataset": (c.get("dataset") or {}).get("name") or choices.get("dataset"),
         "schedule": choices.get("schedule") or sched.get("name"),
         "target_speedup": float(target) if target is not None else None,
-        "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched.get("name")),
+        "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched),
         "seed": c.get("seed"),
     }
 
 
-def _method_label(configured: str | None, schedule_name: str | None) -> str:
-    """The plot's line label: ``sweep.method``, or with ``auto`` the schedule's method."""
+def _method_label(configured: str | None, sched: Mapping[str, Any]) -> str:
+    """The plot's line label: ``sweep.method``, or with ``auto`` the schedule's method (a
+    speculative schedule trained by another recipe than ``joint`` says which)."""
     if configured and configured != "auto":
         return str(configured)
+    schedule_name = sched.get("name")
+    recipe = sched.get("recipe")
+    if schedule_name == "speculative" and recipe not in (None, "joint"):
+        return f"{method_label(schedule_name)} ({recipe}-trained)"
     return method_label(schedule_name)
 
 
