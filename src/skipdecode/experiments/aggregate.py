@@ -3,7 +3,8 @@
 ``python -m skipdecode.aggregate SWEEP_DIR [--wandb]``: rebuilds ``cells.csv``/``cells.md`` (one
 row per cell), ``results.csv``/``results.md`` (one row per model, dataset and schedule over its
 seeds, :mod:`.seeds`) and one ``quality_vs_speedup_<dataset>.png`` per dataset from the cells'
-files (:mod:`.table`, :mod:`.plots`).
+files (:mod:`.table`, :mod:`.plots`). ``--publish results/<name>`` first copies the records into
+the repository (:mod:`.publish`) and aggregates the copy.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .plots import plot_sweep
+from .publish import publish
 from .seeds import summarize_seeds
 from .table import COLUMNS, collect, write_tables
 
@@ -82,8 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--wandb", action="store_true", help="log the table to W&B (offline)")
     parser.add_argument("--wandb-project", default="skipdecode")
+    parser.add_argument(
+        "--publish",
+        metavar="DIR",
+        help="copy the records into DIR (e.g. results/<name>) and aggregate them there",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.publish:
+        args.sweep_dir = str(publish(args.sweep_dir, args.publish, aggregate))
     result = aggregate(args.sweep_dir, plots=not args.no_plots)
     print(Path(result["markdown"]).read_text())
     print(Path(result["cells_markdown"]).read_text())

@@ -165,6 +165,9 @@ def collect(sweep_dir: str | Path) -> list[dict[str, Any]]:
                 "error": f"{cell_file} is unreadable",
             }
             continue
+        record = cell.get("record")
+        if record and not Path(record).is_absolute():  # a published sweep: beside its cell.json
+            cell["record"] = str(cell_file.parent / record)
         rows[job] = _row_from_cell(job, cell)
     plan = read_json_or_none(sweep_dir / PLAN_FILE) or {}
     for job in plan.get("jobs", []):
@@ -254,20 +257,24 @@ _RESULT_MD: tuple[tuple[str, str], ...] = (
     ("rougeL_delta", "ΔROUGE-L"),
     ("bertscore_f1", "BERT-F [95% CI]"),
     ("bertscore_f1_delta", "ΔBERT-F"),
+    ("acceptance_rate", "accept"),
     ("error", "error"),
 )
 
 
 def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The results table: quality as ``mean [95% CI]`` over seeds and ``delta [95% CI]`` of the
-    paired bootstrap against ``full``; speedups as means over seeds."""
+    paired bootstrap against ``full``; speedups as means over seeds; the acceptance rate of
+    speculative schedules when the table has one."""
+    speculative = any(num(r.get("acceptance_rate")) is not None for r in rows)
+    columns = [(k, v) for k, v in _RESULT_MD if speculative or k != "acceptance_rate"]
     lines = [
-        "| " + " | ".join(label for _, label in _RESULT_MD) + " |",
-        "|" + "|".join("---" for _ in _RESULT_MD) + "|",
+        "| " + " | ".join(label for _, label in columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
     ]
     for row in rows:
         cells = []
-        for key, _ in _RESULT_MD:
+        for key, _ in columns:
             if key in QUALITY:
                 cells.append(_interval(row, key, "mean"))
             elif key.endswith("_delta"):
