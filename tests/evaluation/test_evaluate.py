@@ -11,6 +11,7 @@ from exports import compose, make_exported_dir
 
 from skipdecode.data import EmptySplitError
 from skipdecode.evaluation.evaluate import EvaluationError, evaluate
+from skipdecode.evaluation.generation import timed_batch_indices
 from skipdecode.evaluation.metrics import MetricSettingError
 
 
@@ -113,6 +114,34 @@ def test_speed_record_of_a_skip_schedule(tmp_path):
     )
     assert 1.0 <= check["ideal_speedup_decode"] <= 4.0  # outside-layer work only lowers it
     assert record["generation"]["repeats"] == 3
+
+
+def test_timed_batches_time_a_spread_subset(tmp_path):
+    assert timed_batch_indices(5, None) == {0, 1, 2, 3, 4}
+    assert timed_batch_indices(9, 3) == {0, 4, 8}  # first, middle, last of the sorted batches
+    assert timed_batch_indices(4, 1) == {0} and timed_batch_indices(2, 7) == {0, 1}
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match=r"eval\.speed\.timed_batches=.*null.*>= 1"):
+            timed_batch_indices(4, bad)
+    model = make_exported_dir(tmp_path / "wide", num_layers=8, width=64)
+
+    def run(out: str, *extra: str) -> dict:
+        return evaluate(
+            _cfg(model, tmp_path / out, "schedule=target_4x", "eval.generation.batch_size=2",
+                 "eval.speed.repeats=2", *extra)
+        )
+
+    every, subset = run("every"), run("subset", "eval.speed.timed_batches=2")
+    # 6 inputs in 3 batches: the subset times batches 0 and 2 against full, batch 1 decodes once
+    assert subset["speed"]["timing"]["timed_batches"] == 2
+    assert subset["speed"]["timing"]["batches"] == every["speed"]["timing"]["batches"] == 3
+    assert subset["generation"]["timed_batches"] == 2
+    assert subset["speed"]["baseline"]["decode_steps"] < every["speed"]["baseline"]["decode_steps"]
+    # quality and the layer accounting do not depend on what is timed
+    assert subset["summary"]["bleu"] == every["summary"]["bleu"]
+    for key in ("decode_steps", "tokens_generated", "layers_per_token", "batch_speedup"):
+        assert subset["speed"][key] == every["speed"][key]
+    assert subset["speed"]["measured_speedup_decode"] > 0
 
 
 def test_bertscore_with_local_minilm(model_dir, tmp_path):

@@ -233,6 +233,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         seed,
         int(speed_cfg.get("warmup_batches", 1)),
         int(speed_cfg.get("repeats", 1)) if base_schedule is not None else 1,
+        speed_cfg.get("timed_batches"),
     )
     outputs = run.texts
     gen_wall = time.perf_counter() - t0
@@ -282,6 +283,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "baseline": baseline,
             "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
             "repeats": run.repeats,
+            "timed_batches": speed_cfg.get("timed_batches"),
         },
         "timing_s": {"generation_wall": gen_wall, "metrics_wall": metric_wall},
         "train_meta": s.lm.meta,

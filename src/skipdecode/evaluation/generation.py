@@ -17,7 +17,8 @@ the same work apart from the layers skipped:
   for CALM in a batch the pass waits for its slowest token, so the batch figure is lower.
 * ``measured_speedup_decode``: full decode seconds / evaluated decode seconds (decode loop only),
   each the sum over batches of the per-batch median over ``eval.speed.repeats`` interleaved rounds;
-  ``timing`` holds every round's ratio and their spread.
+  ``timing`` holds every round's ratio and their spread. ``eval.speed.timed_batches: N`` times
+  only N batches, evenly spaced over the length-sorted split (the rest decode once, for quality).
 * ``consistency``: measured decode speedup / batch speedup, and the speedup a step's cost split
   predicts (``core.costs``), with ``efficiency`` = measured / predicted.
 * ``measured_speedup_e2e``: the same with prefill included (prefill runs every layer in both, so
@@ -48,7 +49,14 @@ from ..schedules import Schedule
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SpeedTotals", "GenerationRun", "generate_all", "speed_record", "ratio"]
+__all__ = [
+    "SpeedTotals",
+    "GenerationRun",
+    "generate_all",
+    "speed_record",
+    "ratio",
+    "timed_batch_indices",
+]
 
 
 @dataclass
@@ -135,6 +143,7 @@ def generate_all(
     seed: int,
     warmup_batches: int,
     repeats: int = 1,
+    timed_batches: int | None = None,
 ) -> GenerationRun:
     """Generate every batch under ``schedule`` and time it against ``baseline``.
 
@@ -142,10 +151,13 @@ def generate_all(
     schedule), ..., so neither profits from running second. The baseline decodes exactly as many
     steps as the schedule ran (EOS stop off), so both do the same work apart from the layers.
     Outputs and the layer accounting come from the first round (decoding is seeded, so every
-    round produces the same tokens); timings keep every round.
+    round produces the same tokens); timings keep every round. With ``timed_batches`` only that
+    many batches, evenly spaced over the (length-sorted) list, are timed against the baseline;
+    the others decode once.
     """
     if repeats < 1:
         raise ValueError(f"eval.speed.repeats={repeats!r} is not allowed: an integer >= 1")
+    timed = timed_batch_indices(len(batches), timed_batches if baseline is not None else None)
     pad_id = decoder.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = decoder.tokenizer.eos_token_id
@@ -182,7 +194,7 @@ def generate_all(
             "base_prefill": [],
         }
         steps = None
-        for r in range(repeats):
+        for r in range(repeats if b in timed else 1):
             order = ("schedule", "baseline") if r % 2 == 0 else ("baseline", "schedule")
             for who in order:
                 if who == "schedule":
@@ -204,7 +216,7 @@ def generate_all(
                             texts[i] = text.strip()
                         steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
                         times["passes"] = [float(out.stats.decode_steps)]
-                elif baseline is not None:
+                elif baseline is not None and b in timed:
                     assert steps is not None  # round 0 runs the schedule first
                     ref = decoder.generate(
                         ids,
@@ -221,16 +233,33 @@ def generate_all(
                     if r == 0:
                         base.add(ref.stats)  # type: ignore[union-attr]
         run.times.append(times)
-        if b == 0 and baseline is not None:
+        if b == min(timed, default=-1) and baseline is not None:
             run.cost_split = step_cost_split(decoder, ids, mask, steps=5)
         log.info("batch %d/%d done", b + 1, len(batches))
     # medians over repeats, summed over batches, for the totals' timing fields
     main.decode_s = sum(statistics.median(t["decode"]) for t in run.times)
     main.prefill_s = sum(statistics.median(t["prefill"]) for t in run.times)
     if base is not None:
-        base.decode_s = sum(statistics.median(t["base_decode"]) for t in run.times)
-        base.prefill_s = sum(statistics.median(t["base_prefill"]) for t in run.times)
+        timed_times = [t for t in run.times if t["base_decode"]]
+        base.decode_s = sum(statistics.median(t["base_decode"]) for t in timed_times)
+        base.prefill_s = sum(statistics.median(t["base_prefill"]) for t in timed_times)
     return run
+
+
+def timed_batch_indices(num_batches: int, timed_batches: int | None) -> set[int]:
+    """The batches timed against the baseline: all (``None``), or ``timed_batches`` of them
+    evenly spaced from the first to the last (so short and long prompts are both timed)."""
+    if timed_batches is None:
+        return set(range(num_batches))
+    if isinstance(timed_batches, bool) or not isinstance(timed_batches, int) or timed_batches < 1:
+        raise ValueError(
+            f"eval.speed.timed_batches={timed_batches!r} is not allowed: null (every batch) "
+            "or an integer >= 1"
+        )
+    n = min(timed_batches, num_batches)
+    if n == 1:
+        return {0}
+    return {round(i * (num_batches - 1) / (n - 1)) for i in range(n)}
 
 
 def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
@@ -249,13 +278,23 @@ def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
     for key in ("layers_per_token", "theoretical_speedup", "mean_generated_length"):
         ref.pop(key, None)  # the baseline decodes a fixed number of steps; these mean nothing
     speed["baseline"] = {"schedule": baseline, "mode": "same batches, same decode steps", **ref}
-    speed["measured_speedup_decode"] = ratio(ref["decode_seconds"], speed["decode_seconds"])
-    speed["measured_speedup_e2e"] = ratio(ref["total_seconds"], speed["total_seconds"])
+    timed = [t for t in run.times if t["base_decode"]]  # batches timed against the baseline
+
+    def median_sum(key: str) -> float:
+        return sum(statistics.median(t[key]) for t in timed)
+
+    decode, base_decode = median_sum("decode"), median_sum("base_decode")
+    speed["measured_speedup_decode"] = ratio(base_decode, decode)
+    speed["measured_speedup_e2e"] = ratio(
+        base_decode + median_sum("base_prefill"), decode + median_sum("prefill")
+    )
     per_repeat = [
-        ratio(sum(t["base_decode"][r] for t in run.times), sum(t["decode"][r] for t in run.times))
+        ratio(sum(t["base_decode"][r] for t in timed), sum(t["decode"][r] for t in timed))
         for r in range(run.repeats)
     ]
     speed["timing"] = {
+        "timed_batches": len(timed),
+        "batches": len(run.times),
         "repeats": run.repeats,
         "order": "interleaved per batch: (schedule, full), (full, schedule), ...",
         "aggregation": "per-batch median over repeats, summed over batches",
