@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu compare bench bench-decode bench-speculative speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu reproduce-cpu-tiny compare bench bench-decode bench-speculative speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -63,8 +63,24 @@ reproduce: $(STAMP) ## The paper grid (OPT-1.3B/6.7B x E2E/TLDR/CNN-DM x 1-5x): 
 		dataset.data_dir=null experiment=paper_opt1.3b_e2e,paper_opt1.3b_reddit_tldr,paper_opt1.3b_cnn_dm \
 		schedule=$(METHODS) $(ARGS)
 
-reproduce-cpu: $(STAMP) smollm2 ## The same pipeline offline at CPU scale on real E2E (tiny + SmolLM2-135M)
-	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_cpu experiment=sweep_e2e_tiny,sweep_e2e_smollm2 \
+# The headline protocol (README "Results"): SmolLM2-135M-Instruct fine-tuned on E2E with every
+# schedule, the whole test set; three sweeps in order of importance, then one published table.
+# Published cells are restored first, so a rerun (or a fresh machine) only runs what is missing.
+E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds outputs/sweep/e2e_smollm2_methods
+E2E_METHODS := early_exit_2x,early_exit_4x,unified_2x,unified_4x,power_law_2x,power_law_4x,adaptive_2x,adaptive_4x,calm_2x,calm_4x,speculative_2x,speculative_4x
+
+reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, seeds -> results/e2e_smollm2 (~6 h on 2 cores)
+	@test ! -d results/e2e_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2 --cells-dir outputs/sweep_cells
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_curve seed=1 \
+		schedule=full,target_2x,target_3x,target_4x,target_5x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_seeds seed=2,3 \
+		schedule=full,target_2x,target_4x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_methods seed=1 \
+		schedule=$(E2E_METHODS) $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
+
+reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \
 		schedule=full,target_2x,target_3x $(ARGS)
 
 # Every method at 2x and 4x, plus the full baseline (issue: methods beyond the paper).

@@ -3,13 +3,15 @@ records, and publishing is whole or nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from exports import make_fake_sweep
 
 from skipdecode.experiments.aggregate import aggregate
-from skipdecode.experiments.publish import publish
+from skipdecode.experiments.publish import publish, restore
+from skipdecode.experiments.samples import format_samples
 from skipdecode.experiments.seeds import summarize_seeds
 from skipdecode.experiments.table import collect, format_markdown, format_results_markdown
 
@@ -22,7 +24,9 @@ def test_committed_tables_are_rebuilt_from_committed_records(published):
     rows = collect(published)
     assert rows and all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
     assert (published / "cells.md").read_text() == format_markdown(rows)
-    assert (published / "results.md").read_text() == format_results_markdown(summarize_seeds(rows))
+    results = summarize_seeds(rows)
+    assert (published / "results.md").read_text() == format_results_markdown(results)
+    assert (published / "samples.md").read_text() == format_samples(rows, results)
 
 
 def test_publish_copies_records_and_rebuilds_the_tables(tmp_path):
@@ -33,6 +37,9 @@ def test_publish_copies_records_and_rebuilds_the_tables(tmp_path):
     for table in ("results.md", "cells.md", "results.csv"):
         assert (out / table).read_text() == (sweep / table).read_text(), table
     assert (out / "0" / "record.json").is_file() and (out / "0" / "generations.jsonl").is_file()
+    samples = (out / "samples.md").read_text()  # input, references, each schedule's output
+    assert "name[Aromi]" in samples and "- Aromi is a pub." in samples
+    assert all(f"| {s} |" in samples for s in ("full", "target_2x", "target_4x"))
     assert not any("cell_dir" in p.read_text() for p in out.glob("*/cell.json"))
     publish(sweep, out, aggregate)  # publishing again replaces the directory whole
     assert not list((tmp_path / "results").glob(".fake.*"))  # no staging left behind
@@ -43,3 +50,30 @@ def test_publish_refuses_an_empty_sweep_and_leaves_nothing(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothing to publish"):
         publish(tmp_path / "empty", tmp_path / "results" / "x", aggregate)
     assert not (tmp_path / "results" / "x").exists()
+
+
+def test_publish_merges_several_sweeps_and_restores_their_records(tmp_path):
+    first = make_fake_sweep(tmp_path / "curve")
+    second = make_fake_sweep(tmp_path / "seeds")
+    out = publish([first, second], tmp_path / "results" / "both", aggregate)
+    jobs = {r["job"]: r["status"] for r in collect(out)}
+    # every job of both sweeps, named by its sweep; the planned-but-never-started ones too
+    assert jobs == {
+        **{f"curve-{k}": v for k, v in ((r["job"], r["status"]) for r in collect(first))},
+        **{f"seeds-{k}": v for k, v in ((r["job"], r["status"]) for r in collect(second))},
+    }
+    assert "pending" in jobs.values()
+    cells = tmp_path / "cells"
+    written = restore(out, cells)
+    # fake cells have no cells directory to return to, so nothing is restored from them
+    assert written == []
+    cell_file = out / "curve-0" / "cell.json"
+    cell = json.loads(cell_file.read_text())
+    cell["source"] = "tiny__synthetic__full__id0/eval-1234"
+    cell_file.write_text(json.dumps(cell))
+    (written_record,) = restore(out, cells)
+    assert written_record == cells / "tiny__synthetic__full__id0" / "eval-1234" / "record.json"
+    assert written_record.read_text() == (out / "curve-0" / "record.json").read_text()
+    assert (written_record.parent / "generations.jsonl").is_file()
+    with pytest.raises(FileNotFoundError, match="do not exist"):
+        restore(tmp_path / "nowhere", cells)

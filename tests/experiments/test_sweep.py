@@ -19,6 +19,7 @@ from skipdecode.evaluation.evaluate import evaluate
 from skipdecode.experiments.aggregate import aggregate
 from skipdecode.experiments.aggregate import main as aggregate_main
 from skipdecode.experiments.sweep import cell_identity, planned_jobs
+from skipdecode.experiments.publish import publish, restore
 from skipdecode.experiments.table import collect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,6 +152,25 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
     cell = json.loads((sweep / "1" / "cell.json").read_text())
     assert cell["status"] == "ok" and cell["train_reused"] and cell["eval_reused"]
 
+    # Published, restored into an empty cells directory (a fresh machine) and rerun: the
+    # restored evaluations are the cells, nothing trains again, the table is the same.
+    published = publish(sweep, tmp_path / "results" / "run", aggregate)
+    assert len(restore(published, tmp_path / "fresh" / "cells")) == 2
+    assert restore(published, tmp_path / "fresh" / "cells") == []  # already there
+    fresh = _sweep(tmp_path / "fresh", "schedule=full,target_2x")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    for job in ("0", "1"):
+        cell = json.loads((tmp_path / "fresh" / "sweep" / job / "cell.json").read_text())
+        assert cell["status"] == "ok" and cell["eval_reused"] and cell["export"] is None
+        assert not (Path(cell["cell_dir"]) / "train").exists()
+    fresh_rows = {
+        r["schedule"]: r
+        for r in csv.DictReader((tmp_path / "fresh" / "sweep" / "cells.csv").open())
+    }
+    for name in ("full", "target_2x"):
+        for key in ("cell_id", "bleu", "rougeL", "theoretical_speedup"):
+            assert fresh_rows[name][key] == by_schedule[name][key], (name, key)
+
     # Same config, same seed, same machine, nothing reused: identical metrics.
     again = _sweep(tmp_path / "again", "schedule=target_2x")
     assert again.returncode == 0, again.stderr[-3000:]
@@ -221,6 +241,8 @@ def test_sweep_config_composes_and_plans_jobs():
         ["experiment=sweep_demo"],
         ["experiment=sweep_e2e_tiny", "schedule=target_3x"],
         ["experiment=sweep_e2e_smollm2", "schedule=target_2x"],
+        ["experiment=e2e_smollm2", "schedule=target_5x", "seed=2"],
+        ["experiment=e2e_smollm2", "schedule=speculative_4x"],
         ["experiment=paper_opt1.3b_e2e", "schedule=skipdecode_3x_24l", "eval=paper"],
         ["experiment=paper_opt6.7b_cnn_dm", "schedule=skipdecode_5x_32l", "eval=paper"],
     ],
@@ -230,12 +252,17 @@ def test_sweep_experiments_compose(overrides):
     cfg = compose("sweep", overrides)
     for o in overrides:
         group, _, option = o.partition("=")
-        if group == "schedule":
+        if group == "schedule" and option.startswith("speculative"):
+            assert cfg.schedule.draft.target_speedup == int(option.split("_")[1][0])
+        elif group == "schedule":
             assert cfg.schedule.get("target_speedup") == int(option.split("_")[1][0])
         if group == "eval" and option == "paper":
             assert cfg.eval.metrics.bertscore.model_type == "roberta-large"
     if "experiment=sweep_demo" in overrides:
         assert cfg.eval.limit == 100 and cfg.model.name == "tiny"
+    if "experiment=e2e_smollm2" in overrides:  # the headline: the whole test set, timed subset
+        assert cfg.eval.limit is None and cfg.eval.split == "test"
+        assert cfg.eval.speed.timed_batches == 2 and cfg.model.name == "smollm2-135m"
 
 
 def _seed_cell(sweep: Path, job: int, schedule: str, seed: int, bleu: float, outputs, rouge):

@@ -2,9 +2,11 @@
 
 ``python -m skipdecode.aggregate SWEEP_DIR [--wandb]``: rebuilds ``cells.csv``/``cells.md`` (one
 row per cell), ``results.csv``/``results.md`` (one row per model, dataset and schedule over its
-seeds, :mod:`.seeds`) and one ``quality_vs_speedup_<dataset>.png`` per dataset from the cells'
-files (:mod:`.table`, :mod:`.plots`). ``--publish results/<name>`` first copies the records into
-the repository (:mod:`.publish`) and aggregates the copy.
+seeds, :mod:`.seeds`), ``samples.md`` (:mod:`.samples`) and one
+``quality_vs_speedup_<dataset>.png`` per dataset from the cells' files (:mod:`.table`,
+:mod:`.plots`). ``--publish results/<name>`` first copies the records of one or more sweeps into
+the repository (:mod:`.publish`) and aggregates the copy; ``--restore`` puts published
+evaluations back into a cells directory.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .plots import plot_sweep
-from .publish import publish
+from .publish import publish, restore
+from .samples import write_samples
 from .seeds import summarize_seeds
 from .table import COLUMNS, collect, write_tables
 
@@ -33,6 +36,7 @@ def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
     rows = collect(sweep_dir)
     results = summarize_seeds(rows)
     paths = write_tables(rows, results, sweep_dir)
+    samples = write_samples(rows, results, sweep_dir)
     pngs: list[Path] = []
     if plots:
         try:
@@ -42,7 +46,14 @@ def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
-    return {"rows": rows, "results": results, **paths, "plots": pngs, "counts": counts}
+    return {
+        "rows": rows,
+        "results": results,
+        **paths,
+        "samples": samples,
+        "plots": pngs,
+        "counts": counts,
+    }
 
 
 def log_wandb(result: Mapping[str, Any], wcfg: Mapping[str, Any], group: str | None) -> None:
@@ -79,8 +90,16 @@ def log_wandb(result: Mapping[str, Any], wcfg: Mapping[str, Any], group: str | N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", help="a multirun directory (outputs/sweep/<name>)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="examples: python -m skipdecode.aggregate outputs/sweep/demo; "
+        "python -m skipdecode.aggregate outputs/sweep/a outputs/sweep/b --publish results/ab; "
+        "python -m skipdecode.aggregate --restore results/ab --cells-dir outputs/sweep_cells",
+    )
+    parser.add_argument(
+        "sweep_dir", nargs="*", help="multirun directories (outputs/sweep/<name>); several only "
+        "with --publish, which merges them"
+    )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--wandb", action="store_true", help="log the table to W&B (offline)")
     parser.add_argument("--wandb-project", default="skipdecode")
@@ -89,11 +108,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="copy the records into DIR (e.g. results/<name>) and aggregate them there",
     )
+    parser.add_argument(
+        "--restore",
+        metavar="DIR",
+        help="put the evaluations published in DIR back into --cells-dir, so rerunning the "
+        "sweeps reuses them",
+    )
+    parser.add_argument("--cells-dir", metavar="DIR", help="the sweeps' cells directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.restore:
+        if not args.cells_dir or args.sweep_dir:
+            parser.error("--restore takes --cells-dir and no sweep directory")
+        written = restore(args.restore, args.cells_dir)
+        print(f"restored {len(written)} evaluation(s) from {args.restore} into {args.cells_dir}")
+        return 0
+    if not args.sweep_dir:
+        parser.error("give a sweep directory")
+    if len(args.sweep_dir) > 1 and not args.publish:
+        parser.error(f"{len(args.sweep_dir)} sweep directories given: several only with --publish")
+    sweep_dir = args.sweep_dir[0]
     if args.publish:
-        args.sweep_dir = str(publish(args.sweep_dir, args.publish, aggregate))
-    result = aggregate(args.sweep_dir, plots=not args.no_plots)
+        sweep_dir = str(publish(args.sweep_dir, args.publish, aggregate))
+    result = aggregate(sweep_dir, plots=not args.no_plots)
     print(Path(result["markdown"]).read_text())
     print(Path(result["cells_markdown"]).read_text())
     print(f"tables: {result['csv']}  {result['markdown']}  {result['cells_csv']}")
@@ -101,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"plot: {png}")
     print("cells: " + ", ".join(f"{k}={v}" for k, v in sorted(result["counts"].items())))
     if args.wandb:
-        log_wandb(result, {"project": args.wandb_project}, Path(args.sweep_dir).name)
+        log_wandb(result, {"project": args.wandb_project}, Path(sweep_dir).name)
     return 0
 
 

@@ -1,42 +1,65 @@
-"""Publish a finished sweep into the repository: ``results/<name>/``, rebuilt from its records.
+"""Publish finished sweeps into the repository: ``results/<name>/``, rebuilt from their records.
 
-``python -m skipdecode.aggregate outputs/sweep/<name> --publish results/<name>`` copies, per
-cell, ``cell.json`` (the record path made relative), the evaluation ``record.json`` and its
-``generations.jsonl`` (the paired bootstrap needs the per-input outputs), plus the sweep's
-``plan.json``; then runs the aggregation on the copy, so the published ``results.md``,
-``cells.md``, CSVs and plots are exactly what the aggregate code makes from the committed
-records (a test checks it). The directory is built beside the target and renamed into place:
-it is written whole or not at all.
+``python -m skipdecode.aggregate outputs/sweep/<name> [more sweeps] --publish results/<name>``
+copies, per cell, ``cell.json`` (the record path made relative, the cell's folder in the cells
+directory kept as ``source``), the evaluation ``record.json`` and its ``generations.jsonl`` (the
+paired bootstrap needs the per-input outputs), plus the sweep's ``plan.json``; then runs the
+aggregation on the copy, so the published ``results.md``, ``cells.md``, CSVs and plots are exactly
+what the aggregate code makes from the committed records (a test checks it). One sweep keeps its
+job numbers; several are merged with their jobs named ``<sweep>-<num>``. The directory is built
+beside the target and renamed into place: it is written whole or not at all.
+
+``--restore results/<name>`` does the reverse for a fresh machine: it puts every published
+evaluation back into the cells directory (``<cells_dir>/<source>/record.json``), so a rerun of the
+same sweeps reuses those cells instead of training them again (a cell whose evaluation record
+exists is done; see :func:`skipdecode.experiments.sweep.run_cell`).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import read_json_or_none, write_json_atomic
+from ..io import read_json_or_none, write_json_atomic, write_text_atomic
 from .table import CELL_FILE, PLAN_FILE
 
-__all__ = ["publish"]
+__all__ = ["publish", "restore"]
+
+RECORD = "record.json"
+GENERATIONS = "generations.jsonl"
 
 
-def publish(sweep_dir: str | Path, target: str | Path, rebuild: Callable[[Path], Any]) -> Path:
-    """Copy the sweep's records into ``target`` and ``rebuild`` the tables there (the
+def publish(
+    sweep_dirs: str | Path | Sequence[str | Path],
+    target: str | Path,
+    rebuild: Callable[[Path], Any],
+) -> Path:
+    """Copy the sweeps' records into ``target`` and ``rebuild`` the tables there (the
     aggregation: ``aggregate.aggregate``); returns ``target``."""
-    sweep_dir, target = Path(sweep_dir), Path(target)
-    cells = sorted(sweep_dir.glob(f"*/{CELL_FILE}"))
-    if not cells:
-        raise FileNotFoundError(f"{str(sweep_dir)!r} holds no {CELL_FILE}: nothing to publish")
+    if isinstance(sweep_dirs, (str, Path)):
+        sweep_dirs = [sweep_dirs]
+    sweeps = [Path(d) for d in sweep_dirs]
+    target = Path(target)
+    merged = len(sweeps) > 1
+    cells = {d: sorted(d.glob(f"*/{CELL_FILE}")) for d in sweeps}
+    for d, found in cells.items():
+        if not found:
+            raise FileNotFoundError(f"{str(d)!r} holds no {CELL_FILE}: nothing to publish")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        for cell_file in cells:
-            _copy_cell(cell_file, staging / cell_file.parent.name)
-        if (sweep_dir / PLAN_FILE).is_file():
-            shutil.copy2(sweep_dir / PLAN_FILE, staging / PLAN_FILE)
+        plan: list[dict[str, Any]] = []
+        for d in sweeps:
+            prefix = f"{d.name}-" if merged else ""
+            for cell_file in cells[d]:
+                _copy_cell(cell_file, staging / f"{prefix}{cell_file.parent.name}")
+            for job in (read_json_or_none(d / PLAN_FILE) or {}).get("jobs", []):
+                plan.append({**job, "num": f"{prefix}{job.get('num')}"})
+        if plan:
+            write_json_atomic(staging / PLAN_FILE, {"jobs": plan})
         rebuild(staging)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
@@ -57,11 +80,36 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
     job_dir.mkdir(parents=True)
     record = Path(str(cell.get("record") or ""))
     if cell.get("status") == "ok" and record.is_file():
-        shutil.copy2(record, job_dir / "record.json")
-        generations = record.parent / "generations.jsonl"
+        shutil.copy2(record, job_dir / RECORD)
+        generations = record.parent / GENERATIONS
         if generations.is_file():
-            shutil.copy2(generations, job_dir / "generations.jsonl")
-        cell["record"] = "record.json"
+            shutil.copy2(generations, job_dir / GENERATIONS)
+        cell["record"] = RECORD
+        if cell.get("cell_dir"):  # <cell folder>/<eval folder>, for --restore
+            cell["source"] = f"{Path(cell['cell_dir']).name}/{record.parent.name}"
     for key in ("cell_dir", "job_dir", "export"):  # machine-local paths
         cell.pop(key, None)
     write_json_atomic(job_dir / CELL_FILE, cell)
+
+
+def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
+    """Put the published evaluations back into ``cells_dir`` (those not already there);
+    returns the record paths written."""
+    published, cells_dir = Path(published), Path(cells_dir)
+    if not published.is_dir():
+        raise FileNotFoundError(f"published results {str(published)!r} do not exist")
+    written: list[Path] = []
+    for cell_file in sorted(published.glob(f"*/{CELL_FILE}")):
+        cell = read_json_or_none(cell_file) or {}
+        source, job = cell.get("source"), cell_file.parent
+        if cell.get("status") != "ok" or not source or not (job / RECORD).is_file():
+            continue
+        eval_dir = cells_dir / source
+        if (eval_dir / RECORD).is_file():
+            continue
+        eval_dir.mkdir(parents=True, exist_ok=True)
+        if (job / GENERATIONS).is_file():
+            shutil.copy2(job / GENERATIONS, eval_dir / GENERATIONS)
+        write_text_atomic(eval_dir / RECORD, (job / RECORD).read_text())  # last: the marker
+        written.append(eval_dir / RECORD)
+    return written

@@ -23,9 +23,10 @@ from .table import QUALITY, SPEEDS, num
 
 log = logging.getLogger(__name__)
 
-__all__ = ["mean_ci95", "summarize_seeds"]
+__all__ = ["SEED_GROUP", "mean_ci95", "summarize_seeds"]
 
-_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
+#: The labels that make cells seeds of one results row.
+SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
 _MEANS = (*SPEEDS, "tokens_per_second", "mean_generated_length", "acceptance_rate")
 
 
@@ -99,7 +100,7 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for cell in cells:
         if cell.get("dataset") is None and cell.get("schedule") is None:
             continue  # a pending cell that never started: it has no labels yet
-        groups.setdefault(tuple(cell.get(k) for k in _GROUP), []).append(cell)
+        groups.setdefault(tuple(cell.get(k) for k in SEED_GROUP), []).append(cell)
     full = {
         (key[0], key[1]): [c for c in members if c.get("status") == "ok"]
         for key, members in groups.items()
@@ -108,7 +109,7 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     results = []
     for key, members in groups.items():
         ok = [c for c in members if c.get("status") == "ok"]
-        row: dict[str, Any] = dict(zip(_GROUP, key, strict=True))
+        row: dict[str, Any] = dict(zip(SEED_GROUP, key, strict=True))
         row["n_seeds"] = len(ok)
         row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in ok))
         if not ok:

@@ -233,14 +233,22 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         with claim_dir(cell_dir, "sweep cell"):
             write_json_atomic(cell_dir / "identity.json", ident)
             resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
-            export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
-            record, eval_reused = _evaluate(
-                cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
-            )
+            record = cell_dir / f"eval-{_eval_identity(dict(c['eval']))}" / RECORD_FILE
+            if reuse and read_json_or_none(record):
+                # evaluated before, or restored from published results: the record is the cell
+                log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
+                export = _find_export(cell_dir / "train")
+                train_summary = read_json_or_none(cell_dir / TRAIN_DONE) or {}
+                train_reused = eval_reused = True
+            else:
+                export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
+                record, eval_reused = _evaluate(
+                    cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
+                )
         cell.update(
             status="ok",
             record=str(record),
-            export=str(export),
+            export=str(export) if export else None,
             train_reused=train_reused,
             train_resumed=resumed and not train_reused,
             eval_reused=eval_reused,
