@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,21 @@ def test_second_process_is_refused_and_a_killed_holder_releases(tmp_path):
         assert (held / LOCK_FILE).read_text().startswith('{"pid": ' + str(os.getpid()))
     with claim_dir(tmp_path / "run"):  # released after the block, taken again
         pass
+
+
+def test_waiting_claim_gets_the_directory_once_the_holder_exits(tmp_path):
+    proc = _holder(tmp_path / "run")
+    try:
+        with pytest.raises(DirectoryBusyError):  # a short wait runs out while it is held
+            with claim_dir(tmp_path / "run", wait_s=0.3):
+                pass
+        threading.Timer(0.5, proc.kill).start()  # the holder goes away while we wait
+        with claim_dir(tmp_path / "run", wait_s=60) as held:
+            assert proc.poll() is not None
+            assert (held / LOCK_FILE).read_text().startswith('{"pid": ' + str(os.getpid()))
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 def test_training_refuses_a_run_dir_in_use(tmp_path):

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,8 +34,12 @@ def _worker_of_a_distributed_run() -> bool:
 
 
 @contextlib.contextmanager
-def claim_dir(path: str | os.PathLike, purpose: str = "run") -> Iterator[Path]:
-    """Hold ``path`` for this process for the ``with`` block (see module docstring)."""
+def claim_dir(
+    path: str | os.PathLike, purpose: str = "run", wait_s: float = 0.0
+) -> Iterator[Path]:
+    """Hold ``path`` for this process for the ``with`` block (see module docstring). With
+    ``wait_s`` > 0 a busy directory is waited for (polled) that long before giving up: sweep
+    cells that share a trained model run one after the other, the later one reusing it."""
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     if _worker_of_a_distributed_run():
@@ -43,9 +48,7 @@ def claim_dir(path: str | os.PathLike, purpose: str = "run") -> Iterator[Path]:
     lock_path = directory / LOCK_FILE
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _acquire(fd, wait_s):
             holder = _read_holder(lock_path)
             raise DirectoryBusyError(
                 f"{purpose} directory {str(directory)!r} is in use by process "
@@ -68,6 +71,20 @@ def claim_dir(path: str | os.PathLike, purpose: str = "run") -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _acquire(fd: int, wait_s: float) -> bool:
+    """Take the exclusive lock, polling for up to ``wait_s`` seconds; whether it was taken."""
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(1.0, left))
 
 
 def _read_holder(lock_path: Path) -> dict:

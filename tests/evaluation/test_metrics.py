@@ -20,7 +20,10 @@ from skipdecode.evaluation.metrics import (
     compute_all,
     rouge,
 )
-from skipdecode.evaluation.metrics.bertscore_compat import patch_tokenizer_for_bert_score
+from skipdecode.evaluation.metrics.bertscore_compat import (
+    PATCHED_BERT_SCORE_VERSION,
+    patch_tokenizer_for_bert_score,
+)
 
 # --------------------------------------------------------------------------------------------
 # BLEU
@@ -410,3 +413,19 @@ def test_bert_score_layer_truncation_matches_hidden_states(minilm, offline):
     with torch.no_grad():
         hs = full(torch.tensor([tok.encode("the cat sat on the mat")]), output_hidden_states=True)
     torch.testing.assert_close(emb, hs.hidden_states[3])
+
+
+def test_installed_bert_score_is_the_patched_version():
+    """The compatibility fixes patch bert-score's internals as of one release; another release
+    must be re-checked (and the pin in pyproject.toml moved) before it is used."""
+    from importlib.metadata import version
+
+    installed = version("bert-score")
+    assert installed == PATCHED_BERT_SCORE_VERSION, (
+        f"bert-score {installed} is installed, but bertscore_compat patches "
+        f"{PATCHED_BERT_SCORE_VERSION}: re-check its fixes against the new sent_encode, then "
+        "update PATCHED_BERT_SCORE_VERSION and the pin in pyproject.toml"
+    )
+    import bert_score.utils
+
+    assert callable(bert_score.utils.sent_encode)  # the function the fixes are written for

@@ -409,3 +409,66 @@ def test_sweep_killed_mid_cell_resumes_on_rerun(tmp_path):
     rows = list(csv.DictReader((tmp_path / "sweep" / "cells.csv").open()))
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["bleu"] != "" for r in rows)
+
+
+def _table(sweep: Path) -> list[dict[str, str]]:
+    """results.csv without the clock's columns (they differ between any two runs)."""
+    clock = ("measured", "tokens_per_second")
+    return [
+        {k: v for k, v in row.items() if not any(c in k for c in clock)}
+        for row in csv.DictReader((sweep / "results.csv").open())
+    ]
+
+
+def _outputs(sweep: Path) -> dict[str, list[str]]:
+    """Every cell's generated texts, by schedule."""
+    out = {}
+    for cell_file in sweep.glob("*/cell.json"):
+        cell = json.loads(cell_file.read_text())
+        rows = (Path(cell["record"]).parent / "generations.jsonl").read_text().splitlines()
+        out[cell["schedule"]] = [json.loads(r)["output"] for r in rows]
+    return out
+
+
+def test_parallel_launchers_make_the_basic_launchers_table(tmp_path):
+    cells = ["schedule=full,target_2x", "eval.speed.baseline=null"]
+    basic = _sweep(tmp_path / "basic", *cells)
+    assert basic.returncode == 0, basic.stderr[-3000:]
+    # joblib: both cells at once in 2 worker processes, sharing one cells directory
+    joblib = _sweep(
+        tmp_path / "joblib", *cells, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"
+    )
+    assert joblib.returncode == 0, joblib.stderr[-3000:]
+    assert "Joblib" in joblib.stdout + joblib.stderr  # the launcher really ran the jobs
+    expected = _table(tmp_path / "basic" / "sweep")
+    assert len(expected) == 2 and all(r["status"] == "ok" for r in expected)
+    assert _table(tmp_path / "joblib" / "sweep") == expected
+    assert _outputs(tmp_path / "joblib" / "sweep") == _outputs(tmp_path / "basic" / "sweep")
+    # submitit_local: SLURM's code path (pickled job, submitit folder) without a cluster
+    local = _sweep(
+        tmp_path / "submitit", "schedule=target_2x", "eval.speed.baseline=null",
+        "hydra/launcher=submitit_local",
+    )
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert list((tmp_path / "submitit" / "sweep" / ".submitit").glob("*/*_result.pkl"))
+    (row,) = _table(tmp_path / "submitit" / "sweep")
+    assert row == {k: v for k, v in expected[1].items() if "delta" not in k} | {
+        k: "" for k in row if "delta" in k  # alone in its sweep: no full row to pair with
+    }
+    assert _outputs(tmp_path / "submitit" / "sweep") == {
+        "target_2x": _outputs(tmp_path / "basic" / "sweep")["target_2x"]
+    }
+
+
+def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
+    # two cells, one training config, two evaluations (eval.limit differs), run at once
+    proc = _sweep(
+        tmp_path, "schedule=target_2x", "eval.limit=3,4", "eval.speed.baseline=null",
+        "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/cell.json"))]
+    assert [c["status"] for c in cells] == ["ok", "ok"]
+    assert len({c["cell_dir"] for c in cells}) == 1  # the same trained cell
+    assert sorted(c["train_reused"] for c in cells) == [False, True]  # trained once
+    assert len({c["record"] for c in cells}) == 2  # two evaluations

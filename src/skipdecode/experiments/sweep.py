@@ -229,8 +229,9 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         write_json_atomic(job_dir / CELL_FILE, cell)
         cell_dir.mkdir(parents=True, exist_ok=True)
         reuse = bool(sw.get("reuse", True))
-        # one process per cell: a second sweep on the same cell is refused, not interleaved
-        with claim_dir(cell_dir, "sweep cell"):
+        # one process per cell at a time: a parallel cell with the same trained model (same
+        # training config, another evaluation) waits, then reuses it
+        with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
             write_json_atomic(cell_dir / "identity.json", ident)
             resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
             record = cell_dir / f"eval-{_eval_identity(dict(c['eval']))}" / RECORD_FILE

@@ -36,7 +36,16 @@ from urllib.parse import urlparse
 
 from .references import MetricSettingError
 
-__all__ = ["resolve_bertscore_model", "patch_tokenizer_for_bert_score", "minilm_hint"]
+__all__ = [
+    "PATCHED_BERT_SCORE_VERSION",
+    "resolve_bertscore_model",
+    "patch_tokenizer_for_bert_score",
+    "minilm_hint",
+]
+
+#: The bert-score release whose ``sent_encode`` the fixes above were written against (pinned in
+#: pyproject.toml); a test fails when the installed one differs, so the fixes get re-checked.
+PATCHED_BERT_SCORE_VERSION = "0.3.13"
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 _MAX_TOKENIZER_LENGTH = 2**31 - 1
