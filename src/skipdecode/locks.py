@@ -34,9 +34,7 @@ def _worker_of_a_distributed_run() -> bool:
 
 
 @contextlib.contextmanager
-def claim_dir(
-    path: str | os.PathLike, purpose: str = "run", wait_s: float = 0.0
-) -> Iterator[Path]:
+def claim_dir(path: str | os.PathLike, purpose: str = "run", wait_s: float = 0.0) -> Iterator[Path]:
     """Hold ``path`` for this process for the ``with`` block (see module docstring). With
     ``wait_s`` > 0 a busy directory is waited for (polled) that long before giving up: sweep
     cells that share a trained model run one after the other, the later one reusing it."""

@@ -127,8 +127,14 @@ def test_timed_batches_time_a_spread_subset(tmp_path):
 
     def run(out: str, *extra: str) -> dict:
         return evaluate(
-            _cfg(model, tmp_path / out, "schedule=target_4x", "eval.generation.batch_size=2",
-                 "eval.speed.repeats=2", *extra)
+            _cfg(
+                model,
+                tmp_path / out,
+                "schedule=target_4x",
+                "eval.generation.batch_size=2",
+                "eval.speed.repeats=2",
+                *extra,
+            )
         )
 
     every, subset = run("every"), run("subset", "eval.speed.timed_batches=2")

@@ -14,12 +14,13 @@ import pytest
 from exports import compose, make_fake_sweep
 from offline_env import offline_env
 from processes import kill_group_when
+from wandb_offline import read_offline_run
 
 from skipdecode.evaluation.evaluate import evaluate
 from skipdecode.experiments.aggregate import aggregate
 from skipdecode.experiments.aggregate import main as aggregate_main
-from skipdecode.experiments.sweep import cell_identity, planned_jobs
 from skipdecode.experiments.publish import publish, restore
+from skipdecode.experiments.sweep import cell_identity, planned_jobs
 from skipdecode.experiments.table import collect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,8 +127,35 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
     assert (Path(cell["record"]).parent / "generations.jsonl").is_file()
     assert record["provenance"]["packages"]["torch"]
     # W&B: one offline run per evaluated cell (group = sweep dir name) plus the aggregate run.
-    assert list((Path(cell["record"]).parent / "wandb").glob("offline-run-*"))
-    assert list((sweep / "wandb").glob("offline-run-*"))
+    (cell_run,) = (Path(cell["record"]).parent / "wandb").glob("offline-run-*")
+    logged = read_offline_run(cell_run)
+    assert logged["group"] == "sweep" and logged["job_type"] == "evaluate"
+    labels = {k: logged["config"][k] for k in ("model", "dataset", "schedule", "method", "seed")}
+    assert labels == {
+        "model": "tiny",
+        "dataset": "synthetic",
+        "schedule": "target_2x",
+        "method": "skipdecode",
+        "seed": 12345,
+    }
+    assert logged["config"]["target_speedup"] == 2.0 and logged["config"]["sweep_name"] == "sweep"
+    assert logged["config"]["config.eval.generation.batch_size"] == 2  # flattened, dotted
+    for key in ("bleu", "rougeL", "theoretical_speedup", "batch_speedup", "tokens_per_second"):
+        assert f"eval/{key}" in logged["summary"], key
+    assert logged["summary"]["eval/bleu"] == pytest.approx(float(by_schedule["target_2x"]["bleu"]))
+    (sweep_run,) = (sweep / "wandb").glob("offline-run-*")
+    logged = read_offline_run(sweep_run)
+    assert logged["job_type"] == "aggregate" and logged["config"]["sweep_name"] == "sweep"
+    history = logged["history"]
+    assert history["sweep/cells/nrows"] == 3 and history["sweep/results/nrows"] == 3
+    assert history["sweep/quality_vs_speedup_synthetic/_type"] == "image-file"
+    for metric in ("bleu_mean", "rougeL_mean", "bertscore_f1_mean"):
+        chart = logged["config"].get(f"_wandb/visualize/sweep/{metric}_vs_speedup")
+        if metric == "bertscore_f1_mean":  # eval=fast: no BERTScore, so no chart
+            assert chart is None
+            continue
+        assert chart["panel_config"]["panelDefId"] == "wandb/lineseries/v0", metric
+        assert "measured speedup decode" in chart["panel_config"]["stringSettings"]["title"]
 
     # evaluate() also takes the Lightning checkpoint itself (exported on the fly).
     ckpt = next(Path(cell["cell_dir"]).glob("train/checkpoints/best*.ckpt"))
@@ -435,9 +463,7 @@ def test_parallel_launchers_make_the_basic_launchers_table(tmp_path):
     basic = _sweep(tmp_path / "basic", *cells)
     assert basic.returncode == 0, basic.stderr[-3000:]
     # joblib: both cells at once in 2 worker processes, sharing one cells directory
-    joblib = _sweep(
-        tmp_path / "joblib", *cells, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"
-    )
+    joblib = _sweep(tmp_path / "joblib", *cells, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
     assert joblib.returncode == 0, joblib.stderr[-3000:]
     assert "Joblib" in joblib.stdout + joblib.stderr  # the launcher really ran the jobs
     expected = _table(tmp_path / "basic" / "sweep")
@@ -446,14 +472,18 @@ def test_parallel_launchers_make_the_basic_launchers_table(tmp_path):
     assert _outputs(tmp_path / "joblib" / "sweep") == _outputs(tmp_path / "basic" / "sweep")
     # submitit_local: SLURM's code path (pickled job, submitit folder) without a cluster
     local = _sweep(
-        tmp_path / "submitit", "schedule=target_2x", "eval.speed.baseline=null",
+        tmp_path / "submitit",
+        "schedule=target_2x",
+        "eval.speed.baseline=null",
         "hydra/launcher=submitit_local",
     )
     assert local.returncode == 0, local.stderr[-3000:]
     assert list((tmp_path / "submitit" / "sweep" / ".submitit").glob("*/*_result.pkl"))
     (row,) = _table(tmp_path / "submitit" / "sweep")
     assert row == {k: v for k, v in expected[1].items() if "delta" not in k} | {
-        k: "" for k in row if "delta" in k  # alone in its sweep: no full row to pair with
+        k: ""
+        for k in row
+        if "delta" in k  # alone in its sweep: no full row to pair with
     }
     assert _outputs(tmp_path / "submitit" / "sweep") == {
         "target_2x": _outputs(tmp_path / "basic" / "sweep")["target_2x"]
@@ -463,8 +493,12 @@ def test_parallel_launchers_make_the_basic_launchers_table(tmp_path):
 def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
     # two cells, one training config, two evaluations (eval.limit differs), run at once
     proc = _sweep(
-        tmp_path, "schedule=target_2x", "eval.limit=3,4", "eval.speed.baseline=null",
-        "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+        tmp_path,
+        "schedule=target_2x",
+        "eval.limit=3,4",
+        "eval.speed.baseline=null",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/cell.json"))]
@@ -472,3 +506,32 @@ def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
     assert len({c["cell_dir"] for c in cells}) == 1  # the same trained cell
     assert sorted(c["train_reused"] for c in cells) == [False, True]  # trained once
     assert len({c["record"] for c in cells}) == 2  # two evaluations
+
+
+def test_dashboard_report_is_built_offline(capsys):
+    from skipdecode.experiments.dashboard import build_report
+    from skipdecode.experiments.dashboard import main as dashboard_main
+
+    report = build_report("lab", "skipdecode", "compare")
+    assert (report.entity, report.project, report.title) == (
+        "lab",
+        "skipdecode",
+        "skipdecode: compare",
+    )
+    grids = [b for b in report.blocks if type(b).__name__ == "PanelGrid"]
+    panels = [p for g in grids for p in g.panels]
+    scatter = [p for p in panels if type(p).__name__ == "ScatterPlot"]
+    assert [(p.x.name, p.y.name) for p in scatter] == [
+        ("eval/measured_speedup_decode", f"eval/{m}") for m in ("bleu", "rougeL", "bertscore_f1")
+    ]
+    (parallel,) = [p for p in panels if type(p).__name__ == "ParallelCoordinatesPlot"]
+    assert [c.metric.name for c in parallel.columns][:2] == ["method", "target_speedup"]
+    tables = [p.table_name for p in panels if type(p).__name__ == "WeavePanelSummaryTable"]
+    assert "sweep/results" in tables and "sweep/bleu_mean_vs_speedup_table" in tables
+    cells = grids[0].runsets[0]  # the sweep's runs, one colour per method
+    assert cells.groupby == ["config.method"]
+    assert cells.filters == """Metric("Group") == 'compare'"""  # the sweep's W&B group
+    assert dashboard_main(["lab/skipdecode", "compare", "--dry-run"]) == 0
+    assert "ScatterPlot BLEU vs measured decode speedup" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        dashboard_main(["no-slash", "compare", "--dry-run"])

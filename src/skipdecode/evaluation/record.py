@@ -31,6 +31,8 @@ __all__ = [
     "summarize",
     "eval_provenance",
     "log_wandb",
+    "run_labels",
+    "flatten",
 ]
 
 RECORD_FILE = "record.json"
@@ -134,14 +136,56 @@ def eval_provenance(seed: int, device: str) -> dict[str, Any]:
     return prov
 
 
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level with dotted keys (``eval.generation.batch_size``)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def run_labels(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The labels a W&B run is filtered and grouped by, read from a record (a sweep passes its
+    own, with the sweep and cell names): model, dataset, schedule, method, target speedup, seed."""
+    from ..schedules import method_label
+
+    schedule = record.get("schedule") or {}
+    target = schedule.get("target_speedup")
+    if target is None and isinstance(schedule.get("draft"), Mapping):
+        target = schedule["draft"].get("target_speedup")
+    if target is None and schedule.get("name") == "full":
+        target = 1
+    return {
+        "model": Path(str((record.get("model") or {}).get("path", ""))).name or None,
+        "dataset": (record.get("dataset") or {}).get("name"),
+        "schedule": schedule.get("name"),
+        "method": method_label(schedule.get("name")),
+        "target_speedup": float(target) if target is not None else None,
+        "seed": (record.get("config") or {}).get("seed"),
+    }
+
+
 def log_wandb(
     wcfg: Mapping[str, Any], record: Mapping[str, Any], rows: Sequence[Mapping], out_dir: Path
 ) -> None:
-    """Summary metrics, a sample table of generations and the record as a file (if enabled)."""
+    """One W&B run per evaluation (if enabled): the labels and the flattened config as run
+    config, the headline numbers as summary under ``eval/<name>`` (the names of
+    :func:`summarize`), a sample table of generations, and the record as a file."""
     if not wcfg.get("enabled"):
         return
     import wandb
 
+    labels = {**run_labels(record), **dict(wcfg.get("labels") or {})}
+    config = {
+        **flatten(record["config"], "config."),
+        **flatten({k: v for k, v in (record.get("schedule") or {}).items()}, "schedule_resolved."),
+        "num_layers": (record.get("model") or {}).get("num_layers"),
+        **labels,
+    }
     run = wandb.init(
         project=wcfg.get("project") or "skipdecode",
         group=wcfg.get("group"),
@@ -149,7 +193,7 @@ def log_wandb(
         job_type=wcfg.get("job_type") or "evaluate",
         mode=wcfg.get("mode") or "offline",
         dir=str(wcfg.get("dir") or out_dir),
-        config=record["config"],
+        config=config,
         tags=list(wcfg.get("tags") or []),
         reinit="finish_previous",
     )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,11 @@ from .plots import plot_sweep
 from .publish import publish, restore
 from .samples import write_samples
 from .seeds import summarize_seeds
-from .table import COLUMNS, collect, write_tables
+from .table import COLUMNS, RESULT_COLUMNS, collect, num, write_tables
 
 log = logging.getLogger(__name__)
 
-__all__ = ["aggregate", "log_wandb", "main"]
+__all__ = ["aggregate", "log_wandb", "quality_series", "CHARTS", "main"]
 
 
 def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
@@ -56,8 +55,31 @@ def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
     }
 
 
+#: The sweep run's charts: quality metric (results column) against the measured decode speedup.
+CHARTS = (("bleu_mean", "BLEU"), ("rougeL_mean", "ROUGE-L"), ("bertscore_f1_mean", "BERTScore F1"))
+
+
+def quality_series(
+    results: Sequence[Mapping[str, Any]], metric: str
+) -> tuple[str, dict[str, list[tuple[float, float]]]]:
+    """``(x column, {method: [(speedup, metric), ...] sorted by speedup})`` over the results
+    rows: the measured decode speedup, or the theoretical one where no row was timed."""
+    x = "measured_speedup_decode"
+    if not any(num(r.get(x)) is not None for r in results):
+        x = "theoretical_speedup"
+    series: dict[str, list[tuple[float, float]]] = {}
+    for row in results:
+        sx, sy = num(row.get(x)), num(row.get(metric))
+        if row.get("status") == "ok" and sx is not None and sy is not None:
+            label = f"{row.get('model')} ({row.get('method')})"
+            series.setdefault(label, []).append((sx, sy))
+    return x, {k: sorted(v) for k, v in sorted(series.items())}
+
+
 def log_wandb(result: Mapping[str, Any], wcfg: Mapping[str, Any], group: str | None) -> None:
-    """The aggregate table and plots as one W&B run (job_type=aggregate) in the sweep's group."""
+    """The sweep as one W&B run (job_type=aggregate) in the sweep's group: the cell and results
+    tables, one ``wandb.plot.line_series`` chart per quality metric against the measured speedup
+    (one series per method), and the PNG plots."""
     import wandb
 
     run = wandb.init(
@@ -67,26 +89,46 @@ def log_wandb(result: Mapping[str, Any], wcfg: Mapping[str, Any], group: str | N
         job_type="aggregate",
         mode=wcfg.get("mode") or "offline",
         dir=str(wcfg.get("dir") or Path(result["csv"]).parent),
+        config={"sweep_name": group},
         reinit="finish_previous",
     )
     try:
-        table = wandb.Table(columns=list(COLUMNS))
-        for row in result["rows"]:
-            table.add_data(
-                *[
-                    row.get(c)
-                    if not isinstance(row.get(c), float) or not math.isnan(row.get(c))
-                    else None
-                    for c in COLUMNS
-                ]
-            )
-        payload: dict[str, Any] = {"sweep/results": table}
+        payload: dict[str, Any] = {
+            "sweep/cells": _table(wandb, COLUMNS, result["rows"]),
+            "sweep/results": _table(
+                wandb,
+                RESULT_COLUMNS,
+                result.get("results") or [],
+            ),
+        }
+        for metric, title in CHARTS:
+            x, series = quality_series(result.get("results") or [], metric)
+            if series:
+                payload[f"sweep/{metric}_vs_speedup"] = wandb.plot.line_series(
+                    xs=[[p[0] for p in pts] for pts in series.values()],
+                    ys=[[p[1] for p in pts] for pts in series.values()],
+                    keys=list(series),
+                    title=f"{title} vs {x.replace('_', ' ')}",
+                    xname=x,
+                )
         for png in result.get("plots", []):
             payload[f"sweep/{Path(png).stem}"] = wandb.Image(str(png))
         run.log(payload)
         run.summary["sweep/counts"] = dict(result["counts"])
     finally:
         run.finish()
+
+
+def _table(wandb: Any, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> Any:
+    table = wandb.Table(columns=list(columns))
+    for row in rows:
+        table.add_data(
+            *[
+                None if num(row.get(c)) is None and isinstance(row.get(c), float) else row.get(c)
+                for c in columns
+            ]
+        )
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,8 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python -m skipdecode.aggregate --restore results/ab --cells-dir outputs/sweep_cells",
     )
     parser.add_argument(
-        "sweep_dir", nargs="*", help="multirun directories (outputs/sweep/<name>); several only "
-        "with --publish, which merges them"
+        "sweep_dir",
+        nargs="*",
+        help="multirun directories (outputs/sweep/<name>); several only "
+        "with --publish, which merges them",
     )
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--wandb", action="store_true", help="log the table to W&B (offline)")

@@ -35,7 +35,11 @@ def _rows(cell: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     record = read_json_or_none(str(cell["record"])) or {}
     name = (record.get("files") or {}).get("generations", "generations.jsonl")
     path = Path(str(cell["record"])).parent / name
-    return {int(r.get("index", i)): r for i, r in enumerate(read_jsonl(path))} if path.is_file() else {}
+    return (
+        {int(r.get("index", i)): r for i, r in enumerate(read_jsonl(path))}
+        if path.is_file()
+        else {}
+    )
 
 
 def format_samples(

@@ -182,8 +182,9 @@ def _evaluate(
     wandb_cfg = dict(c.get("wandb") or {})
     wandb_cfg.update(
         group=group,
-        name=f"{labels['model']}-{labels['dataset']}-{labels['schedule']}",
+        name=f"{labels['model']}-{labels['dataset']}-{labels['schedule']}-s{labels['seed']}",
         dir=str(eval_dir),
+        labels={**labels, "sweep_name": group, "cell": cell_dir.name},
     )
     ecfg_node = {
         "checkpoint": str(export),
