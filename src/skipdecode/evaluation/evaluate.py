@@ -29,6 +29,7 @@ from ..config import ConfigError, config_dir, resolve_config
 from ..core.engine import SkipDecoder
 from ..data.datasets import get_task, median_target_length
 from ..io import write_json_atomic, write_jsonl_atomic
+from ..progress import progress_setting
 from ..schedules import FullSchedule, Schedule
 from .generation import generate_all, speed_record
 from .inputs import (
@@ -67,11 +68,13 @@ __all__ = ["EvaluationError", "evaluate", "load_model", "main", "RECORD_FILE", "
 def evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """Run one evaluation; returns the record (also written to ``output_dir/record.json``).
 
-    ``threads`` (if set) applies to this evaluation only; the previous count is restored.
+    ``threads`` (if set) applies to this evaluation only; the previous count is restored;
+    ``progress`` (if set) shows or hides the bars of generation, calibration and BERTScore.
     """
     threads = torch.get_num_threads()
     try:
-        return _evaluate(cfg)
+        with progress_setting(cfg.get("progress")):
+            return _evaluate(cfg)
     finally:
         torch.set_num_threads(threads)
 
@@ -153,7 +156,17 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
 #: The keys an evaluation reads; anything else is a mistake worth an error (a misspelt or moved
 #: key would otherwise be silently ignored).
 ALLOWED_KEYS: dict[str, set[str]] = {
-    "": {"checkpoint", "dataset", "schedule", "eval", "seed", "output_dir", "wandb"},
+    "": {
+        "checkpoint",
+        "dataset",
+        "schedule",
+        "eval",
+        "seed",
+        "output_dir",
+        "wandb",
+        "progress",
+        "paths",
+    },
     "dataset": {"name", "data_dir", "hub_name", "seed", "max_source_tokens", "options"},
     "eval": {
         "split",

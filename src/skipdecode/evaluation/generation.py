@@ -45,6 +45,7 @@ from ..core.costs import ideal_speedup, step_cost_split
 from ..core.engine import SkipDecoder
 from ..core.stats import GenerationStats, SpeculationCounts
 from ..data.collate import left_pad
+from ..progress import progress
 from ..schedules import Schedule
 
 log = logging.getLogger(__name__)
@@ -185,7 +186,7 @@ def generate_all(
                     **kwargs,
                 )
     run = GenerationRun(texts, main, base, repeats)
-    for b, index in enumerate(batches):
+    for b, index in progress(enumerate(batches), "generating", total=len(batches)):
         ids, mask = left_pad([prompt_ids[i] for i in index], pad_id)
         times: dict[str, list[float]] = {
             "decode": [],

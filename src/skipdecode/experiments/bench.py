@@ -28,6 +28,7 @@ from torch import nn
 
 from ..core.costs import step_cost_split, time_call, transformers_generate_seconds
 from ..core.engine import SkipDecoder
+from ..progress import progress
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
 from .bench_tables import decode_table, train_table, write_bench
 from .shapes import SHAPES, build_random_model
@@ -240,6 +241,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", type=Path, default=Path("outputs/bench"))
     p.add_argument("--name", default=None, help="file stem for the JSON and Markdown outputs")
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=None,
+        help="no progress bar (default: shown on a terminal)",
+    )
     args = p.parse_args(argv)
     for s in args.shapes:
         if s not in SHAPES:
@@ -253,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     for shape in args.shapes:
         if args.mode == "decode":
             model = build_random_model(shape, dtype, args.device)
-            for b in args.batch_sizes:
+            for b in progress(args.batch_sizes, "batch sizes", enabled=args.progress):
                 cell = bench_decode(
                     shape,
                     b,

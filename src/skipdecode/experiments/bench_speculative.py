@@ -21,6 +21,7 @@ import torch
 
 from ..core.costs import transformers_generate_seconds
 from ..core.engine import SkipDecoder
+from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import write_bench
 
@@ -179,6 +180,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
     p.add_argument("--out", type=Path, default=Path("outputs/bench"))
     p.add_argument("--name", default="speculative")
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=None,
+        help="no progress bar (default: shown on a terminal)",
+    )
     args = p.parse_args(argv)
     for k in args.ks:
         if k < 1:
@@ -197,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     cells = []
-    for b in args.batch_sizes:
+    for b in progress(args.batch_sizes, "batch sizes", enabled=args.progress):
         cell = bench_speculative(
             model,
             tokenizer,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..progress import progress
 from .base import (
     Schedule,
     ScheduleRun,
@@ -156,7 +157,7 @@ class AdaptiveSchedule(Schedule):
 
         lo, hi = math.log(1e-3), math.log(1e3)  # speedup grows with sharpness
         best = (1.0, speedup(1.0))
-        for _ in range(iterations):
+        for _ in progress(range(iterations), "calibrating adaptive sharpness"):
             mid = math.exp((lo + hi) / 2)
             s = speedup(mid)
             if abs(s - target) < abs(best[1] - target):

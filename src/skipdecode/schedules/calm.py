@@ -24,6 +24,7 @@ import torch
 
 from ..core.loss import token_loss_sums
 from ..core.step import DecodeStep, StepResult
+from ..progress import progress
 from .base import Schedule, ScheduleError, ScheduleRun, StaticSchedule, require
 from .baselines import FullSchedule
 from .registry import register
@@ -250,7 +251,7 @@ def calibrate_calm_threshold(
     # of 50k gives top-1 probabilities far below 0.1 on uncertain tokens).
     lo, hi = math.log(1e-4), 0.0  # speedup at lo is the largest, at hi (threshold 1) the smallest
     best = (1.0, speedup(1.0))
-    for _ in range(iterations):
+    for _ in progress(range(iterations), "calibrating CALM threshold"):
         mid = math.exp((lo + hi) / 2)
         s = speedup(mid)
         if abs(s - target_speedup) < abs(best[1] - target_speedup):

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ...progress import progress_enabled
 from .bertscore_compat import minilm_hint, patch_tokenizer_for_bert_score, resolve_bertscore_model
 from .references import MetricSettingError, normalize_references, ref_count_summary
 
@@ -132,7 +133,7 @@ def bertscore(
     if idf:
         scorer.compute_idf([r for group in refs for r in group])
     t1 = time.perf_counter()
-    P, R, F = scorer.score(hyps, refs, batch_size=batch_size)
+    P, R, F = scorer.score(hyps, refs, batch_size=batch_size, verbose=progress_enabled())
     score_s = time.perf_counter() - t1
     out: dict[str, Any] = {
         "precision": float(P.mean()),

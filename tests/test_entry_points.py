@@ -1,0 +1,54 @@
+"""What a user types: every make target documented in the README as `make help` lists it, and
+every console script installed with a --help that says what it does."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from offline_env import offline_env
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {
+    "skipdecode-train": "train",
+    "skipdecode-evaluate": "evaluat",
+    "skipdecode-sweep": "sweep",
+    "skipdecode-aggregate": "table",
+    "skipdecode-bench": "benchmark",
+    "skipdecode-dashboard": "report",
+}
+
+
+def _make_targets() -> dict[str, str]:
+    text = (ROOT / "Makefile").read_text()
+    return dict(re.findall(r"^([a-zA-Z0-9_-]+):[^\n#]*## (.*)$", text, re.M))
+
+
+def test_readme_lists_every_make_target_as_make_help_does():
+    targets = _make_targets()
+    assert {"test", "demo", "reproduce-cpu", "compare", "bench"} <= set(targets)
+    readme = (ROOT / "README.md").read_text()
+    documented = dict(re.findall(r"^\| `make ([a-zA-Z0-9_-]+)` \| (.*) \|$", readme, re.M))
+    assert documented == {t: d.replace("|", "/") for t, d in targets.items()}
+
+
+def test_pyproject_installs_every_console_script():
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    assert set(re.findall(r"^(skipdecode-[a-z]+) = ", section, re.M)) == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_console_script_help_says_what_it_does(script):
+    exe = shutil.which(script, path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip(f"{script} is not installed in this environment (pip install -e .)")
+    proc = subprocess.run(
+        [exe, "--help"], capture_output=True, text=True, timeout=300, env=offline_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert SCRIPTS[script] in proc.stdout.lower(), proc.stdout[:2000]
