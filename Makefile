@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu reproduce-cpu-tiny compare bench bench-decode bench-speculative speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu reproduce-cpu-tiny reproduce-gpu compare bench bench-decode bench-speculative bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -79,6 +79,19 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 		schedule=$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
 
+# The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
+# seeds in one multirun, GPU_JOBS cells at a time on the one GPU.
+# 10 at once ran an 80 GB H100 out of memory in 20 of 51 cells (rerunning retries only those).
+GPU_JOBS ?= 6
+
+reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every schedule x 3 seeds -> results/e2e_smollm2_gpu
+	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells
+	OMP_NUM_THREADS=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $(OFFLINE) $(PY) -m skipdecode.sweep -m \
+		experiment=e2e_smollm2_gpu sweep.name=e2e_smollm2_gpu sweep.keep_checkpoints=false \
+		hydra/launcher=joblib hydra.launcher.n_jobs=$(GPU_JOBS) seed=1,2,3 \
+		schedule=full,target_2x,target_3x,target_4x,target_5x,$(E2E_METHODS) $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_gpu --publish results/e2e_smollm2_gpu
+
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \
 		schedule=full,target_2x,target_3x $(ARGS)
@@ -104,6 +117,12 @@ bench-speculative: $(STAMP) smollm2 ## Lossless mode on SmolLM2 chat prompts: ac
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \
 		schedule=speculative_2x schedule.recipe=draft,joint,full eval.speed.baseline=null eval.limit=100 $(ARGS)
+
+bench-gpu: $(STAMP) smollm2 ## GPU decode benchmark in bf16: smollm2-135m shape and the lossless mode, batch 1/8/32
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
+		--new-tokens 64 --repeats 3 --dtype bfloat16 --device cuda --name decode-gpu-bf16
+	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
+		--repeats 3 --dtype bfloat16 --device cuda --name speculative-smollm2-gpu-bf16 $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \

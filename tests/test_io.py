@@ -138,6 +138,23 @@ def test_jsonl_round_trip_streaming(tmp_path):
     }
 
 
+def test_gzipped_jsonl_is_found_and_read_like_the_plain_file(tmp_path):
+    import gzip
+
+    plain = tmp_path / "generations.jsonl"
+    write_jsonl_atomic(plain, [{"output": "a"}, {"output": "b"}])
+    assert records.plain_or_gzipped(plain) == plain
+    gz = tmp_path / "generations.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes(), mtime=0))
+    assert records.plain_or_gzipped(plain) == plain  # the plain file wins while it exists
+    plain.unlink()
+    assert records.plain_or_gzipped(plain) == gz
+    assert read_jsonl(gz) == [{"output": "a"}, {"output": "b"}]
+    gz.write_bytes(b"not gzip at all")
+    with pytest.raises(records.RecordError, match="generations.jsonl.gz"):
+        read_jsonl(gz)
+
+
 def test_jsonl_failure_mid_write_keeps_old_file(tmp_path):
     p = tmp_path / "g.jsonl"
     write_jsonl_atomic(p, [{"output": "old"}])

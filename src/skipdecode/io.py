@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import gzip
 import json
 import os
 import tempfile
@@ -162,9 +163,13 @@ def _open_text(path: str | os.PathLike, where: str) -> str:
     if not p.is_file():
         raise FileNotFoundError(f"{where}: no such record file: {os.fspath(path)!r}")
     try:
+        if p.suffix == ".gz":
+            return gzip.decompress(p.read_bytes()).decode("utf-8")
         return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise RecordError(f"{where}: {os.fspath(path)!r} is not UTF-8 text ({e})") from e
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+        raise RecordError(
+            f"{where}: {os.fspath(path)!r} is not UTF-8 text or not valid gzip ({e})"
+        ) from e
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
@@ -196,8 +201,16 @@ def read_json_or_none(path: str | os.PathLike) -> Any:
         return None
 
 
+def plain_or_gzipped(path: str | os.PathLike) -> Path:
+    """``path`` if it is a file, else ``path + ".gz"`` if that is (published results keep large
+    JSONL files gzipped); ``path`` itself when neither exists."""
+    p = Path(path)
+    gz = p.with_name(p.name + ".gz")
+    return gz if not p.is_file() and gz.is_file() else p
+
+
 def read_jsonl(path: str | os.PathLike) -> list[Any]:
-    """Read a JSONL file (blank lines skipped); clear :class:`RecordError` naming the bad line."""
+    """Read a JSONL file, plain or ``.gz`` (blank lines skipped); clear :class:`RecordError` naming the bad line."""
     rows = []
     for i, line in enumerate(_open_text(path, "read_jsonl").splitlines(), start=1):
         if not line.strip():

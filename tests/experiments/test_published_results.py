@@ -22,7 +22,9 @@ PUBLISHED = sorted(p for p in RESULTS.glob("*") if (p / "results.md").is_file())
 @pytest.mark.parametrize("published", PUBLISHED, ids=lambda p: p.name)
 def test_committed_tables_are_rebuilt_from_committed_records(published):
     rows = collect(published)
-    assert rows and all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    # every cell finished; a failed one (e.g. out of GPU memory) says why
+    assert any(r["status"] == "ok" for r in rows)
+    assert all(r["status"] == "ok" or r["error"] for r in rows)
     assert (published / "cells.md").read_text() == format_markdown(rows)
     results = summarize_seeds(rows)
     assert (published / "results.md").read_text() == format_results_markdown(results)
@@ -36,7 +38,7 @@ def test_publish_copies_records_and_rebuilds_the_tables(tmp_path):
     assert [r["status"] for r in collect(out)] == [r["status"] for r in collect(sweep)]
     for table in ("results.md", "cells.md", "results.csv"):
         assert (out / table).read_text() == (sweep / table).read_text(), table
-    assert (out / "0" / "record.json").is_file() and (out / "0" / "generations.jsonl").is_file()
+    assert (out / "0" / "record.json").is_file() and (out / "0" / "generations.jsonl.gz").is_file()
     samples = (out / "samples.md").read_text()  # input, references, each schedule's output
     assert "name[Aromi]" in samples and "- Aromi is a pub." in samples
     assert all(f"| {s} |" in samples for s in ("full", "target_2x", "target_4x"))

@@ -499,9 +499,14 @@ def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
         "eval.speed.baseline=null",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
+        "sweep.keep_checkpoints=false",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = [json.loads(p.read_text()) for p in sorted((tmp_path / "sweep").glob("*/cell.json"))]
+    # keep_checkpoints=false: the export serves the second evaluation; checkpoints are gone
+    cell_dir = Path(cells[0]["cell_dir"])
+    assert not (cell_dir / "train" / "checkpoints").exists()
+    assert all(Path(c["export"]).is_dir() for c in cells)
     assert [c["status"] for c in cells] == ["ok", "ok"]
     assert len({c["cell_dir"] for c in cells}) == 1  # the same trained cell
     assert sorted(c["train_reused"] for c in cells) == [False, True]  # trained once

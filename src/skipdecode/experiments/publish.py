@@ -2,8 +2,9 @@
 
 ``python -m skipdecode.aggregate outputs/sweep/<name> [more sweeps] --publish results/<name>``
 copies, per cell, ``cell.json`` (the record path made relative, the cell's folder in the cells
-directory kept as ``source``), the evaluation ``record.json`` and its ``generations.jsonl`` (the
-paired bootstrap needs the per-input outputs), plus the sweep's ``plan.json``; then runs the
+directory kept as ``source``), the evaluation ``record.json`` and its ``generations.jsonl`` gzipped (the
+paired bootstrap and ``samples.md`` need the per-input outputs; gzip keeps a 630-input cell at
+~200 KB instead of ~1 MB), plus the sweep's ``plan.json``; then runs the
 aggregation on the copy, so the published ``results.md``, ``cells.md``, CSVs and plots are exactly
 what the aggregate code makes from the committed records (a test checks it). One sweep keeps its
 job numbers; several are merged with their jobs named ``<sweep>-<num>``. The directory is built
@@ -17,6 +18,7 @@ exists is done; see :func:`skipdecode.experiments.sweep.run_cell`).
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -30,6 +32,7 @@ __all__ = ["publish", "restore"]
 
 RECORD = "record.json"
 GENERATIONS = "generations.jsonl"
+GZIPPED = GENERATIONS + ".gz"
 
 
 def publish(
@@ -82,8 +85,8 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
     if cell.get("status") == "ok" and record.is_file():
         shutil.copy2(record, job_dir / RECORD)
         generations = record.parent / GENERATIONS
-        if generations.is_file():
-            shutil.copy2(generations, job_dir / GENERATIONS)
+        if generations.is_file():  # mtime=0: the same records give the same bytes
+            (job_dir / GZIPPED).write_bytes(gzip.compress(generations.read_bytes(), mtime=0))
         cell["record"] = RECORD
         if cell.get("cell_dir"):  # <cell folder>/<eval folder>, for --restore
             cell["source"] = f"{Path(cell['cell_dir']).name}/{record.parent.name}"
@@ -108,7 +111,10 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         if (eval_dir / RECORD).is_file():
             continue
         eval_dir.mkdir(parents=True, exist_ok=True)
-        if (job / GENERATIONS).is_file():
+        if (job / GZIPPED).is_file():
+            data = gzip.decompress((job / GZIPPED).read_bytes())
+            (eval_dir / GENERATIONS).write_bytes(data)
+        elif (job / GENERATIONS).is_file():  # published before generations were gzipped
             shutil.copy2(job / GENERATIONS, eval_dir / GENERATIONS)
         write_text_atomic(eval_dir / RECORD, (job / RECORD).read_text())  # last: the marker
         written.append(eval_dir / RECORD)

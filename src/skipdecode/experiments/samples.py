@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import read_json_or_none, read_jsonl, write_text_atomic
+from ..io import plain_or_gzipped, read_json_or_none, read_jsonl, write_text_atomic
 from .seeds import SEED_GROUP
 
 __all__ = ["SAMPLES_FILE", "format_samples", "write_samples"]
@@ -34,7 +34,7 @@ def _first_seed_cells(
 def _rows(cell: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
     record = read_json_or_none(str(cell["record"])) or {}
     name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    path = Path(str(cell["record"])).parent / name
+    path = plain_or_gzipped(Path(str(cell["record"])).parent / name)
     return (
         {int(r.get("index", i)): r for i, r in enumerate(read_jsonl(path))}
         if path.is_file()

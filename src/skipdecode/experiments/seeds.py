@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
-from ..io import read_json_or_none, read_jsonl
+from ..io import plain_or_gzipped, read_json_or_none, read_jsonl
 from .table import QUALITY, SPEEDS, num
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def _generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[st
     if not record:
         return None
     name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    path = Path(str(cell["record"])).parent / name
+    path = plain_or_gzipped(Path(str(cell["record"])).parent / name)
     if not path.is_file():
         return None
     rows = sorted(read_jsonl(path), key=lambda r: r.get("index", 0))

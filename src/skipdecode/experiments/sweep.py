@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import time
 import traceback
 from collections.abc import Mapping
@@ -247,6 +248,10 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
                 record, eval_reused = _evaluate(
                     cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
                 )
+            if not sw.get("keep_checkpoints", True):
+                # the export and the records are the cell; Lightning checkpoints (weights and
+                # optimizer state, ~12x the model in float32) only serve resuming training
+                shutil.rmtree(cell_dir / "train" / "checkpoints", ignore_errors=True)
         cell.update(
             status="ok",
             record=str(record),
