@@ -59,11 +59,16 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
     metrics = [m for m in METRICS if any(_f(r.get(f"{m[0]}_mean")) is not None for r in rows)] or [
         METRICS[0]
     ]
+    # a speedup row only where some row has that speedup (no timing: no measured row)
+    speedups = [s for s in SPEEDUPS if any(_f(r.get(s[0])) is not None for r in rows)] or [
+        SPEEDUPS[0]
+    ]
     fig, axes = plt.subplots(
-        len(SPEEDUPS),
+        len(speedups),
         len(metrics),
-        figsize=(4.2 * len(metrics), 3.4 * len(SPEEDUPS)),
+        figsize=(4.2 * len(metrics), 3.4 * len(speedups)),
         squeeze=False,
+        layout="constrained",
     )
     # One line per model/method; each starts from that model's full-schedule baseline (1x),
     # which is also drawn on its own as a star.
@@ -75,7 +80,7 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
     for pts in lines.values():
         model = pts[0].get("model")
         pts.extend(b for b in baselines if b.get("model") == model)
-    for i, (sx, sx_label) in enumerate(SPEEDUPS):
+    for i, (sx, sx_label) in enumerate(speedups):
         for j, (metric, m_label) in enumerate(metrics):
             ax = axes[i][j]
             for label, pts in sorted(lines.items()):
@@ -108,10 +113,12 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
             ax.set_xlabel(sx_label, fontsize=8)
             ax.set_ylabel(m_label)
             ax.grid(alpha=0.3)
-            if i == 0 and j == 0 and lines:
-                ax.legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if lines:  # below the panels, where it hides no point
+        fig.legend(
+            handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=8
+        )
     fig.suptitle(f"{dataset}: quality vs speedup")
-    fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.png")
     fig.savefig(tmp, dpi=110)

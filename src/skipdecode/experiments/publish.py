@@ -4,7 +4,8 @@
 copies, per cell, ``cell.json`` (the record path made relative, the cell's folder in the cells
 directory kept as ``source``), the evaluation ``record.json`` and its ``generations.jsonl`` gzipped (the
 paired bootstrap and ``samples.md`` need the per-input outputs; gzip keeps a 630-input cell at
-~200 KB instead of ~1 MB), plus the sweep's ``plan.json``; then runs the
+~200 KB instead of ~1 MB) and ``val_loss.csv`` (validation loss by optimizer step, when the
+cell was trained with the CSV logger), plus the sweep's ``plan.json``; then runs the
 aggregation on the copy, so the published ``results.md``, ``cells.md``, CSVs and plots are exactly
 what the aggregate code makes from the committed records (a test checks it). One sweep keeps its
 job numbers; several are merged with their jobs named ``<sweep>-<num>``. The directory is built
@@ -18,6 +19,7 @@ exists is done; see :func:`skipdecode.experiments.sweep.run_cell`).
 
 from __future__ import annotations
 
+import csv
 import gzip
 import shutil
 import tempfile
@@ -33,6 +35,7 @@ __all__ = ["publish", "restore"]
 RECORD = "record.json"
 GENERATIONS = "generations.jsonl"
 GZIPPED = GENERATIONS + ".gz"
+VAL_CURVE = "val_loss.csv"
 
 
 def publish(
@@ -87,12 +90,30 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
         generations = record.parent / GENERATIONS
         if generations.is_file():  # mtime=0: the same records give the same bytes
             (job_dir / GZIPPED).write_bytes(gzip.compress(generations.read_bytes(), mtime=0))
+        _copy_val_curve(cell, job_dir)
         cell["record"] = RECORD
         if cell.get("cell_dir"):  # <cell folder>/<eval folder>, for --restore
             cell["source"] = f"{Path(cell['cell_dir']).name}/{record.parent.name}"
     for key in ("cell_dir", "job_dir", "export"):  # machine-local paths
         cell.pop(key, None)
     write_json_atomic(job_dir / CELL_FILE, cell)
+
+
+def _copy_val_curve(cell: dict[str, Any], job_dir: Path) -> None:
+    """The cell's validation loss by step (from the CSV logger's metrics.csv), as ``VAL_CURVE``:
+    the evidence that the step budget was enough (the curve has flattened)."""
+    metrics = Path(str(cell.get("cell_dir") or "")) / "train" / "csv" / "metrics.csv"
+    if not metrics.is_file():
+        return
+    with metrics.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    # val_start/*: before the first step; val/*: after step+1 optimizer steps (the CSV logger
+    # records the index of the step just finished)
+    start = [("0", r["val_start/loss"]) for r in rows if r.get("val_start/loss")][:1]
+    points = start + [(str(int(r["step"]) + 1), r["val/loss"]) for r in rows if r.get("val/loss")]
+    if points:
+        lines = ["step,val_loss"] + [f"{step},{loss}" for step, loss in points]
+        (job_dir / VAL_CURVE).write_text("\n".join(lines) + "\n")
 
 
 def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
