@@ -47,18 +47,8 @@ __all__ = ["cell_identity", "run_cell", "AggregateCallback", "main"]
 
 TRAIN_DONE = "train_done.json"
 #: Config keys that define what is trained (everything else, e.g. paths, loggers, eval, does not).
-IDENTITY_KEYS: tuple[str, ...] = (
-    "model",
-    "dataset",
-    "schedule",
-    "trainer",
-    "optimizer",
-    "scheduler",
-    "loader",
-    "module",
-    "seed",
-    "ckpt_path",
-)
+IDENTITY_KEYS: tuple[str, ...] = ("model", "dataset", "schedule", "trainer", "optimizer")
+IDENTITY_KEYS += ("scheduler", "loader", "module", "seed", "ckpt_path")
 
 
 def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -248,9 +238,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
                 record, eval_reused = _evaluate(
                     cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
                 )
-            if not sw.get("keep_checkpoints", True):
-                # the export and the records are the cell; Lightning checkpoints (weights and
-                # optimizer state, ~12x the model in float32) only serve resuming training
+            if not sw.get("keep_checkpoints", True):  # checkpoints only serve resuming
                 shutil.rmtree(cell_dir / "train" / "checkpoints", ignore_errors=True)
         cell.update(
             status="ok",
