@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,7 +29,7 @@ from ..core.costs import step_cost_split, time_call, transformers_generate_secon
 from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
-from .bench_tables import decode_table, train_table, write_bench
+from .bench_tables import add_run_options, decode_table, train_table, write_bench
 from .shapes import SHAPES, build_random_model
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
@@ -236,18 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--speedups", nargs="+", type=int, default=list(SPEEDUPS))
-    p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", type=Path, default=Path("outputs/bench"))
-    p.add_argument("--name", default=None, help="file stem for the JSON and Markdown outputs")
-    p.add_argument(
-        "--no-progress",
-        dest="progress",
-        action="store_false",
-        default=None,
-        help="no progress bar (default: shown on a terminal)",
-    )
+    add_run_options(p, name=None)
     args = p.parse_args(argv)
     for s in args.shapes:
         if s not in SHAPES:

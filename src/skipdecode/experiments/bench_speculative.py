@@ -23,7 +23,7 @@ from ..core.costs import transformers_generate_seconds
 from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
-from .bench_tables import write_bench
+from .bench_tables import add_run_options, write_bench
 
 __all__ = ["CHAT_PROMPTS", "bench_speculative", "speculative_table", "main"]
 
@@ -175,18 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft-speedup", type=float, default=2.0)
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
-    p.add_argument("--out", type=Path, default=Path("outputs/bench"))
-    p.add_argument("--name", default="speculative")
-    p.add_argument(
-        "--no-progress",
-        dest="progress",
-        action="store_false",
-        default=None,
-        help="no progress bar (default: shown on a terminal)",
-    )
+    add_run_options(p, name="speculative")
     args = p.parse_args(argv)
     for k in args.ks:
         if k < 1:

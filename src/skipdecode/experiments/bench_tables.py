@@ -1,15 +1,35 @@
-"""Markdown tables of benchmark results (decode: per variant and the cost split; training) and
-the one way a benchmark writes them."""
+"""Markdown tables of benchmark results (decode: per variant and the cost split; training), the
+one way a benchmark writes them, and the command-line options every benchmark shares."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ..io import write_json_atomic
 from ..provenance import provenance
 
-__all__ = ["decode_table", "train_table", "write_bench"]
+__all__ = ["add_run_options", "decode_table", "train_table", "write_bench"]
+
+
+def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
+    """Options shared by the benchmarks: dtype, device, whether to time transformers'
+    ``generate``, where the results go (``--out``, ``--name`` defaulting to ``name``), progress."""
+    p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", type=Path, default=Path("outputs/bench"))
+    p.add_argument("--name", default=name, help="file stem for the JSON and Markdown outputs")
+    p.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        default=None,
+        help="no progress bar (default: shown on a terminal)",
+    )
 
 
 def write_bench(out: Path, stem: str, payload: dict[str, Any], table: str) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import plain_or_gzipped, read_json_or_none, read_jsonl, write_text_atomic
-from .seeds import SEED_GROUP
+from ..io import write_text_atomic
+from .seeds import SEED_GROUP, cell_generations
 
 __all__ = ["SAMPLES_FILE", "format_samples", "write_samples"]
 
@@ -32,14 +32,8 @@ def _first_seed_cells(
 
 
 def _rows(cell: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
-    record = read_json_or_none(str(cell["record"])) or {}
-    name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    path = plain_or_gzipped(Path(str(cell["record"])).parent / name)
-    return (
-        {int(r.get("index", i)): r for i, r in enumerate(read_jsonl(path))}
-        if path.is_file()
-        else {}
-    )
+    found = cell_generations(cell)
+    return {int(r.get("index", i)): r for i, r in enumerate(found[0])} if found else {}
 
 
 def format_samples(

@@ -23,7 +23,7 @@ from .table import QUALITY, SPEEDS, num
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SEED_GROUP", "mean_ci95", "summarize_seeds"]
+__all__ = ["SEED_GROUP", "cell_generations", "mean_ci95", "summarize_seeds"]
 
 #: The labels that make cells seeds of one results row.
 SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
@@ -44,7 +44,7 @@ def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None, floa
     return mean, mean - half, mean + half
 
 
-def _generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+def cell_generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     """The cell's generation rows (input order) and its BLEU settings, or None if unreadable."""
     record = read_json_or_none(cell.get("record") or "")
     if not record:
@@ -68,7 +68,7 @@ def _paired(
         base = by_seed.get(str(cell.get("seed")))
         if base is None:
             continue
-        mine, theirs = _generations(cell), _generations(base)
+        mine, theirs = cell_generations(cell), cell_generations(base)
         if mine is None or theirs is None:
             continue
         (rows, settings), (base_rows, _) = mine, theirs
