@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from exports import make_fake_sweep
+from exports import compose, make_fake_sweep
 
 from skipdecode.experiments.aggregate import aggregate
+from skipdecode.experiments.identity import IDENTITY_FILE, cell_identity, identity_hash
 from skipdecode.experiments.publish import publish, restore
 from skipdecode.experiments.samples import format_samples
 from skipdecode.experiments.seeds import summarize_seeds
@@ -30,6 +31,26 @@ def test_committed_tables_are_rebuilt_from_committed_records(published):
     results = summarize_seeds(rows)
     assert (published / "results.md").read_text() == format_results_markdown(results)
     assert (published / "samples.md").read_text() == format_samples(rows, results)
+
+
+WITH_IDENTITIES = [p for p in PUBLISHED if any(p.glob(f"*/{IDENTITY_FILE}"))]
+
+
+@pytest.mark.parametrize("published", WITH_IDENTITIES, ids=lambda p: p.name)
+def test_published_cells_are_the_cells_their_commands_train_now(published):
+    """Each published cell's identity is the one its sweep command computes from today's
+    configs in this checkout: a rerun after ``--restore`` reuses it instead of training again.
+    Fails when a training default changed since publication (the published rows are stale)."""
+    from skipdecode.experiments.sweep import _resolved_without_paths_output
+
+    for identity_file in sorted(published.glob(f"*/{IDENTITY_FILE}")):
+        cell = json.loads((identity_file.parent / "cell.json").read_text())
+        overrides = [o for o in cell["overrides"] if not o.startswith(("sweep.", "paths."))]
+        cfg = _resolved_without_paths_output(compose("sweep", overrides))
+        if not Path(cfg["dataset"].get("data_dir") or "").is_dir():
+            pytest.skip(f"the data of {published.name} is not on this machine")
+        ident = json.loads(identity_file.read_text())
+        assert cell_identity(cfg) == (identity_hash(ident), ident), identity_file
 
 
 def test_publish_copies_records_and_rebuilds_the_tables(tmp_path):

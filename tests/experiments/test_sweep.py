@@ -19,8 +19,9 @@ from wandb_offline import read_offline_run
 from skipdecode.evaluation.evaluate import evaluate
 from skipdecode.experiments.aggregate import aggregate
 from skipdecode.experiments.aggregate import main as aggregate_main
+from skipdecode.experiments.identity import cell_identity
 from skipdecode.experiments.publish import publish, restore
-from skipdecode.experiments.sweep import cell_identity, planned_jobs
+from skipdecode.experiments.sweep import planned_jobs
 from skipdecode.experiments.table import collect
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,8 @@
 
 ``python -m skipdecode.aggregate outputs/sweep/<name> [more sweeps] --publish results/<name>``
 copies, per cell, ``cell.json`` (the record path made relative, the cell's folder in the cells
-directory kept as ``source``), the evaluation ``record.json`` and its ``generations.jsonl`` gzipped (the
+directory kept as ``source``), its ``identity.json`` (the training config it was trained from,
+made portable: see :mod:`skipdecode.experiments.identity`), the evaluation ``record.json`` and its ``generations.jsonl`` gzipped (the
 paired bootstrap and ``samples.md`` need the per-input outputs; gzip keeps a 630-input cell at
 ~200 KB instead of ~1 MB) and ``val_loss.csv`` (validation loss by optimizer step, when the
 cell was trained with the CSV logger), plus the sweep's ``plan.json``; then runs the
@@ -12,9 +13,11 @@ job numbers; several are merged with their jobs named ``<sweep>-<num>``. The dir
 beside the target and renamed into place: it is written whole or not at all.
 
 ``--restore results/<name>`` does the reverse for a fresh machine: it puts every published
-evaluation back into the cells directory (``<cells_dir>/<source>/record.json``), so a rerun of the
-same sweeps reuses those cells instead of training them again (a cell whose evaluation record
-exists is done; see :func:`skipdecode.experiments.sweep.run_cell`).
+evaluation back into the cells directory, in the folder the cell's identity names on this machine
+(``<cells_dir>/<model>__<dataset>__<schedule>__<cell id>/<eval folder>/record.json``, the id
+recomputed from the published ``identity.json``; ``source`` as published for cells without one),
+so a rerun of the same sweeps reuses those cells instead of training them again (a cell whose
+evaluation record exists is done; see :func:`skipdecode.experiments.sweep.run_cell`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import read_json_or_none, write_json_atomic, write_text_atomic
+from .identity import IDENTITY_FILE, identity_hash, portable_identity
 from .table import CELL_FILE, PLAN_FILE
 
 __all__ = ["publish", "restore"]
@@ -91,6 +95,9 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
         if generations.is_file():  # mtime=0: the same records give the same bytes
             (job_dir / GZIPPED).write_bytes(gzip.compress(generations.read_bytes(), mtime=0))
         _copy_val_curve(cell, job_dir)
+        identity = read_json_or_none(Path(str(cell.get("cell_dir") or "")) / IDENTITY_FILE)
+        if identity:
+            write_json_atomic(job_dir / IDENTITY_FILE, portable_identity(identity))
         cell["record"] = RECORD
         if cell.get("cell_dir"):  # <cell folder>/<eval folder>, for --restore
             cell["source"] = f"{Path(cell['cell_dir']).name}/{record.parent.name}"
@@ -128,10 +135,12 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         source, job = cell.get("source"), cell_file.parent
         if cell.get("status") != "ok" or not source or not (job / RECORD).is_file():
             continue
-        eval_dir = cells_dir / source
+        eval_dir = cells_dir / _restored_source(source, read_json_or_none(job / IDENTITY_FILE))
         if (eval_dir / RECORD).is_file():
             continue
         eval_dir.mkdir(parents=True, exist_ok=True)
+        if (job / IDENTITY_FILE).is_file():
+            shutil.copy2(job / IDENTITY_FILE, eval_dir.parent / IDENTITY_FILE)
         if (job / GZIPPED).is_file():
             data = gzip.decompress((job / GZIPPED).read_bytes())
             (eval_dir / GENERATIONS).write_bytes(data)
@@ -140,3 +149,14 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         write_text_atomic(eval_dir / RECORD, (job / RECORD).read_text())  # last: the marker
         written.append(eval_dir / RECORD)
     return written
+
+
+def _restored_source(source: str, identity: dict[str, Any] | None) -> str:
+    """``<cell folder>/<eval folder>`` under the cells directory: the published ``source`` with
+    its cell id recomputed from the published identity (made portable here, so an identity
+    published before portability lands where a rerun on this machine looks)."""
+    cell_folder, eval_folder = source.split("/", 1)
+    if not identity:
+        return source
+    labels = cell_folder.rsplit("__", 1)[0]
+    return f"{labels}__{identity_hash(portable_identity(identity))}/{eval_folder}"

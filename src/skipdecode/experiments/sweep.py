@@ -4,7 +4,7 @@
 (or ``-m experiment=sweep_demo``). Each job:
 
 1. computes the cell id, a hash of the training-relevant config (model, dataset, schedule,
-   trainer, optimisation, data, seed), and reuses ``<sweep.cells_dir>/<cell>/`` when a previous
+   trainer, optimisation, data, seed; see :mod:`skipdecode.experiments.identity`), and reuses ``<sweep.cells_dir>/<cell>/`` when a previous
    run (of this or any sweep) finished training it; otherwise trains there with ``train(cfg)``;
 2. evaluates the exported model (``evaluate(cfg)``; reused when an identical evaluation exists);
 3. writes ``cell.json`` into its job folder (``running`` -> ``ok`` / ``failed`` with the error)
@@ -18,8 +18,6 @@ the same command with the same ``sweep.name`` resumes it (finished cells are reu
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import shutil
 import time
@@ -39,28 +37,14 @@ from ..schedules import method_label
 from ..training.export import export_checkpoint
 from ..training.train import train
 from .aggregate import aggregate, log_wandb
+from .identity import IDENTITY_FILE, cell_identity, eval_identity
 from .table import CELL_FILE, PLAN_FILE
 
 log = logging.getLogger(__name__)
 
-__all__ = ["cell_identity", "run_cell", "AggregateCallback", "main"]
+__all__ = ["run_cell", "AggregateCallback", "main"]
 
 TRAIN_DONE = "train_done.json"
-#: Config keys that define what is trained (everything else, e.g. paths, loggers, eval, does not).
-IDENTITY_KEYS: tuple[str, ...] = ("model", "dataset", "schedule", "trainer", "optimizer")
-IDENTITY_KEYS += ("scheduler", "loader", "module", "seed", "ckpt_path")
-
-
-def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(id, identity config)``: a 12-hex-digit hash of the training-relevant config."""
-    ident = {k: cfg.get(k) for k in IDENTITY_KEYS if k in cfg}
-    blob = json.dumps(ident, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12], ident
-
-
-def _eval_identity(ev: Mapping[str, Any]) -> str:
-    blob = json.dumps({"eval": ev}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
 def _choices() -> dict[str, str]:
@@ -164,7 +148,7 @@ def _evaluate(
 ) -> tuple[Path, bool]:
     """Evaluate the exported model (or reuse an identical evaluation); returns the record path."""
     ev = dict(c["eval"])
-    eval_dir = cell_dir / f"eval-{_eval_identity(ev)}"
+    eval_dir = cell_dir / f"eval-{eval_identity(ev)}"
     record = eval_dir / RECORD_FILE
     if reuse and read_json_or_none(record):
         log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
@@ -224,9 +208,9 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         # one process per cell at a time: a parallel cell with the same trained model (same
         # training config, another evaluation) waits, then reuses it
         with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
-            write_json_atomic(cell_dir / "identity.json", ident)
+            write_json_atomic(cell_dir / IDENTITY_FILE, ident)
             resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
-            record = cell_dir / f"eval-{_eval_identity(dict(c['eval']))}" / RECORD_FILE
+            record = cell_dir / f"eval-{eval_identity(dict(c['eval']))}" / RECORD_FILE
             if reuse and read_json_or_none(record):
                 # evaluated before, or restored from published results: the record is the cell
                 log.info("cell %s: reusing evaluation %s", cell_dir.name, record)

@@ -1,0 +1,77 @@
+"""Which trained model and which evaluation a sweep cell is: the hashes that name its folders.
+
+A cell's folder in the cells directory is ``<model>__<dataset>__<schedule>__<cell id>``, the
+cell id a hash of the training-relevant config (:data:`IDENTITY_KEYS`), and each evaluation of
+it lives in ``eval-<hash of the eval config>``. A rerun of the same sweep, on any machine or in
+any checkout, must land on the same folders, or it trains again what is already trained (and
+``--restore`` of published results could never be reused). So the identity holds nothing
+machine-local: a dataset read from ``data_dir`` is identified by the files in it (a fingerprint
+of their names and bytes), not by where they happen to lie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "IDENTITY_KEYS",
+    "IDENTITY_FILE",
+    "cell_identity",
+    "eval_identity",
+    "identity_hash",
+    "portable_identity",
+    "directory_fingerprint",
+]
+
+#: Config keys that define what is trained (everything else, e.g. paths, loggers, eval, does not).
+IDENTITY_KEYS: tuple[str, ...] = ("model", "dataset", "schedule", "trainer", "optimizer")
+IDENTITY_KEYS += ("scheduler", "loader", "module", "seed", "ckpt_path")
+#: The identity config, written beside the trained model and published with the cell.
+IDENTITY_FILE = "identity.json"
+_FINGERPRINT_PREFIX = "files-sha256:"
+
+
+def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(id, identity config)``: a 12-hex-digit hash of the training-relevant config."""
+    ident = portable_identity({k: cfg.get(k) for k in IDENTITY_KEYS if k in cfg})
+    return identity_hash(ident), ident
+
+
+def identity_hash(ident: Mapping[str, Any]) -> str:
+    """The cell id of an identity config (:func:`portable_identity` of it)."""
+    blob = json.dumps(ident, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def eval_identity(ev: Mapping[str, Any]) -> str:
+    """The 8-hex-digit hash of an evaluation config (the ``eval`` group)."""
+    blob = json.dumps({"eval": ev}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+
+
+def portable_identity(ident: Mapping[str, Any]) -> dict[str, Any]:
+    """``ident`` with ``dataset.data_dir`` (a path on this machine) replaced by the fingerprint
+    of the files in that folder; unchanged when there is no such folder here (a hub dataset, or
+    an identity already made portable)."""
+    dataset = ident.get("dataset")
+    data_dir = dataset.get("data_dir") if isinstance(dataset, Mapping) else None
+    if not isinstance(data_dir, str) or data_dir.startswith(_FINGERPRINT_PREFIX):
+        return dict(ident)
+    if not Path(data_dir).is_dir():
+        return dict(ident)
+    return {**ident, "dataset": {**dataset, "data_dir": directory_fingerprint(data_dir)}}
+
+
+def directory_fingerprint(folder: str | Path) -> str:
+    """``files-sha256:<hex>`` over every file under ``folder`` (its relative name and bytes), in
+    name order: the same files give the same fingerprint wherever the folder is."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return _FINGERPRINT_PREFIX + digest.hexdigest()[:16]

@@ -1,0 +1,93 @@
+"""A cell's id names what was trained, not where: the same config and the same data files give
+the same id in any checkout, so published cells are found again after ``--restore``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from exports import make_fake_sweep
+
+from skipdecode.experiments.aggregate import aggregate
+from skipdecode.experiments.identity import (
+    IDENTITY_FILE,
+    cell_identity,
+    directory_fingerprint,
+    identity_hash,
+)
+from skipdecode.experiments.publish import publish, restore
+
+
+def _data(folder: Path, reference: str = "Aromi is a pub.") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "devset.csv").write_text(f'mr,ref\n"name[Aromi]","{reference}"\n')
+    (folder / "testset_w_refs.csv").write_text('mr,ref\n"name[Zizzi]","Zizzi is a pub."\n')
+    return folder
+
+
+def _cfg(data_dir: Path) -> dict:
+    return {
+        "model": {"name": "tiny"},
+        "dataset": {"name": "e2e", "data_dir": str(data_dir), "seed": 0},
+        "schedule": {"name": "full"},
+        "trainer": {"max_steps": 10},
+        "seed": 1,
+        "paths": {"shared_dir": str(data_dir.parent)},
+    }
+
+
+def test_the_cell_id_follows_the_data_files_not_their_folder(tmp_path):
+    here = _data(tmp_path / "checkout_a" / "shared" / "e2e")
+    there = tmp_path / "elsewhere" / "data" / "e2e"
+    shutil.copytree(here, there)
+    changed = _data(tmp_path / "changed" / "e2e", reference="Aromi is a coffee shop.")
+
+    cell_id, ident = cell_identity(_cfg(here))
+    assert cell_id == cell_identity(_cfg(there))[0]
+    assert cell_id != cell_identity(_cfg(changed))[0]
+    assert str(tmp_path) not in json.dumps(ident)  # nothing machine-local in the identity
+    assert ident["dataset"]["data_dir"] == directory_fingerprint(there)
+    # a renamed file is other data, even with the same bytes
+    (there / "devset.csv").rename(there / "train.csv")
+    assert cell_id != cell_identity(_cfg(there))[0]
+
+
+def test_a_dataset_without_local_files_keeps_its_config(tmp_path):
+    cfg = _cfg(tmp_path / "absent")
+    cfg["dataset"]["data_dir"] = None
+    _, ident = cell_identity(cfg)
+    assert ident["dataset"]["data_dir"] is None
+
+
+def test_restore_puts_a_cell_where_a_rerun_elsewhere_looks_for_it(tmp_path):
+    """A cell trained in one checkout (its identity written with that checkout's path, as
+    identities were before they were made portable) is published, then restored in another
+    checkout whose data folder is a copy at another path: the restored evaluation lands in the
+    folder named by the id that checkout computes."""
+    data = _data(tmp_path / "checkout_a" / "shared" / "e2e")
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    cell_dir = tmp_path / "checkout_a" / "cells" / "tiny__e2e__full__oldpathid0"
+    cell_dir.mkdir(parents=True)
+    old_ident = {k: v for k, v in _cfg(data).items() if k != "paths"}
+    (cell_dir / IDENTITY_FILE).write_text(json.dumps(old_ident))  # path form
+    cell_file = sweep / "0" / "cell.json"
+    cell = json.loads(cell_file.read_text())
+    record = Path(cell["record"])
+    shutil.move(record.parent, cell_dir / "eval-1234")
+    cell.update(cell_dir=str(cell_dir), record=str(cell_dir / "eval-1234" / "record.json"))
+    cell_file.write_text(json.dumps(cell))
+
+    published = publish(sweep, tmp_path / "results" / "run", aggregate)
+    portable = json.loads((published / "0" / IDENTITY_FILE).read_text())
+    assert str(tmp_path) not in json.dumps(portable)
+
+    other = tmp_path / "checkout_b" / "shared" / "e2e"
+    shutil.copytree(data, other)
+    shutil.rmtree(tmp_path / "checkout_a")
+    cells = tmp_path / "checkout_b" / "cells"
+    (written,) = restore(published, cells)
+    rerun_id = cell_identity(_cfg(other))[0]
+    assert written == cells / f"tiny__e2e__full__{rerun_id}" / "eval-1234" / "record.json"
+    assert identity_hash(portable) == rerun_id
+    assert json.loads((written.parents[1] / IDENTITY_FILE).read_text()) == portable
