@@ -43,14 +43,17 @@ def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def identity_hash(ident: Mapping[str, Any]) -> str:
     """The cell id of an identity config (:func:`portable_identity` of it)."""
-    blob = json.dumps(ident, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return _config_hash(ident, 12)
 
 
 def eval_identity(ev: Mapping[str, Any]) -> str:
     """The 8-hex-digit hash of an evaluation config (the ``eval`` group)."""
-    blob = json.dumps({"eval": ev}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:8]
+    return _config_hash({"eval": ev}, 8)
+
+
+def _config_hash(config: Mapping[str, Any], digits: int) -> str:
+    blob = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:digits]
 
 
 def portable_identity(ident: Mapping[str, Any]) -> dict[str, Any]:

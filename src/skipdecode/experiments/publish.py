@@ -3,9 +3,9 @@
 ``python -m skipdecode.aggregate outputs/sweep/<name> [more sweeps] --publish results/<name>``
 copies, per cell, ``cell.json`` (the record path made relative, the cell's folder in the cells
 directory kept as ``source``), its ``identity.json`` (the training config it was trained from,
-made portable: see :mod:`skipdecode.experiments.identity`), the evaluation ``record.json`` and its ``generations.jsonl`` gzipped (the
-paired bootstrap and ``samples.md`` need the per-input outputs; gzip keeps a 630-input cell at
-~200 KB instead of ~1 MB) and ``val_loss.csv`` (validation loss by optimizer step, when the
+made portable: see :mod:`skipdecode.experiments.identity`), the evaluation ``record.json`` and
+its ``generations.jsonl`` gzipped (the paired bootstrap and ``samples.md`` need the per-input
+outputs; gzip keeps a 630-input cell at ~200 KB instead of ~1 MB) and ``val_loss.csv`` (validation loss by optimizer step, when the
 cell was trained with the CSV logger), plus the sweep's ``plan.json``; then runs the
 aggregation on the copy, so the published ``results.md``, ``cells.md``, CSVs and plots are exactly
 what the aggregate code makes from the committed records (a test checks it). One sweep keeps its
@@ -95,12 +95,12 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
         if generations.is_file():  # mtime=0: the same records give the same bytes
             (job_dir / GZIPPED).write_bytes(gzip.compress(generations.read_bytes(), mtime=0))
         _copy_val_curve(cell, job_dir)
-        identity = read_json_or_none(Path(str(cell.get("cell_dir") or "")) / IDENTITY_FILE)
-        if identity:
-            write_json_atomic(job_dir / IDENTITY_FILE, portable_identity(identity))
         cell["record"] = RECORD
-        if cell.get("cell_dir"):  # <cell folder>/<eval folder>, for --restore
+        if cell.get("cell_dir"):  # <cell folder>/<eval folder> and its identity, for --restore
             cell["source"] = f"{Path(cell['cell_dir']).name}/{record.parent.name}"
+            identity = read_json_or_none(Path(cell["cell_dir"]) / IDENTITY_FILE)
+            if identity:
+                write_json_atomic(job_dir / IDENTITY_FILE, portable_identity(identity))
     for key in ("cell_dir", "job_dir", "export"):  # machine-local paths
         cell.pop(key, None)
     write_json_atomic(job_dir / CELL_FILE, cell)
@@ -109,7 +109,9 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
 def _copy_val_curve(cell: dict[str, Any], job_dir: Path) -> None:
     """The cell's validation loss by step (from the CSV logger's metrics.csv), as ``VAL_CURVE``:
     the evidence that the step budget was enough (the curve has flattened)."""
-    metrics = Path(str(cell.get("cell_dir") or "")) / "train" / "csv" / "metrics.csv"
+    if not cell.get("cell_dir"):  # a cell that never reached its folder has no curve
+        return
+    metrics = Path(cell["cell_dir"]) / "train" / "csv" / "metrics.csv"
     if not metrics.is_file():
         return
     with metrics.open(newline="") as f:
@@ -135,12 +137,14 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         source, job = cell.get("source"), cell_file.parent
         if cell.get("status") != "ok" or not source or not (job / RECORD).is_file():
             continue
-        eval_dir = cells_dir / _restored_source(source, read_json_or_none(job / IDENTITY_FILE))
+        identity = read_json_or_none(job / IDENTITY_FILE)
+        identity = portable_identity(identity) if identity else None
+        eval_dir = cells_dir / _restored_source(source, identity)
         if (eval_dir / RECORD).is_file():
             continue
         eval_dir.mkdir(parents=True, exist_ok=True)
-        if (job / IDENTITY_FILE).is_file():
-            shutil.copy2(job / IDENTITY_FILE, eval_dir.parent / IDENTITY_FILE)
+        if identity:
+            write_json_atomic(eval_dir.parent / IDENTITY_FILE, identity)
         if (job / GZIPPED).is_file():
             data = gzip.decompress((job / GZIPPED).read_bytes())
             (eval_dir / GENERATIONS).write_bytes(data)
@@ -153,10 +157,10 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
 
 def _restored_source(source: str, identity: dict[str, Any] | None) -> str:
     """``<cell folder>/<eval folder>`` under the cells directory: the published ``source`` with
-    its cell id recomputed from the published identity (made portable here, so an identity
-    published before portability lands where a rerun on this machine looks)."""
-    cell_folder, eval_folder = source.split("/", 1)
+    its cell id recomputed from the cell's portable identity (so an identity published before
+    identities were portable lands where a rerun on this machine looks)."""
     if not identity:
         return source
+    cell_folder, eval_folder = source.split("/", 1)
     labels = cell_folder.rsplit("__", 1)[0]
-    return f"{labels}__{identity_hash(portable_identity(identity))}/{eval_folder}"
+    return f"{labels}__{identity_hash(identity)}/{eval_folder}"

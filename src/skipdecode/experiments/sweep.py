@@ -4,8 +4,9 @@
 (or ``-m experiment=sweep_demo``). Each job:
 
 1. computes the cell id, a hash of the training-relevant config (model, dataset, schedule,
-   trainer, optimisation, data, seed; see :mod:`skipdecode.experiments.identity`), and reuses ``<sweep.cells_dir>/<cell>/`` when a previous
-   run (of this or any sweep) finished training it; otherwise trains there with ``train(cfg)``;
+   trainer, optimisation, data, seed; see :mod:`skipdecode.experiments.identity`), and reuses
+   ``<sweep.cells_dir>/<cell>/`` when a previous run (of this or any sweep) finished training it;
+   otherwise trains there with ``train(cfg)``;
 2. evaluates the exported model (``evaluate(cfg)``; reused when an identical evaluation exists);
 3. writes ``cell.json`` into its job folder (``running`` -> ``ok`` / ``failed`` with the error)
    and rewrites the sweep's table. A failing cell never stops the others.
