@@ -53,6 +53,21 @@ def test_the_cell_id_follows_the_data_files_not_their_folder(tmp_path):
     assert cell_id != cell_identity(_cfg(there))[0]
 
 
+def test_a_file_larger_than_a_read_chunk_is_hashed_whole(tmp_path):
+    """Files are hashed a chunk at a time; the fingerprint is still that of all their bytes
+    (the published identities were made by hashing each file whole)."""
+    import hashlib
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    blob = bytes(range(256)) * (5 * 4096 + 3)  # ~5 MiB, not a multiple of the chunk
+    (folder / "big.bin").write_bytes(blob)
+    whole = hashlib.sha256(b"big.bin\0" + hashlib.sha256(blob).digest()).hexdigest()[:16]
+    assert directory_fingerprint(folder) == "files-sha256:" + whole
+    (folder / "big.bin").write_bytes(blob[:-1] + b"x")  # the last byte, in the last chunk
+    assert directory_fingerprint(folder) != "files-sha256:" + whole
+
+
 def test_a_dataset_without_local_files_keeps_its_config(tmp_path):
     cfg = _cfg(tmp_path / "absent")
     cfg["dataset"]["data_dir"] = None

@@ -76,5 +76,15 @@ def directory_fingerprint(folder: str | Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(_file_sha256(path))
     return _FINGERPRINT_PREFIX + digest.hexdigest()[:16]
+
+
+def _file_sha256(path: Path, chunk_bytes: int = 1 << 20) -> bytes:
+    """The sha256 of a file's bytes, read a chunk at a time (a large data file is never held
+    in memory whole)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.digest()
