@@ -123,3 +123,50 @@ def test_publish_keeps_the_validation_loss_curve(tmp_path):
     other.mkdir()
     _copy_val_curve({"cell_dir": str(tmp_path / "no-such-cell")}, other)  # no CSV logger: none
     assert not (other / VAL_CURVE).exists()
+
+
+def test_a_restored_cell_republishes_with_its_curve_and_training_time(tmp_path):
+    """A cell reused after ``--restore`` is not trained again, so nothing on this machine can
+    measure its validation curve or training time: restore puts the published ones in its folder
+    (never over the cell's own) and the next publication carries them on unchanged."""
+    from skipdecode.experiments.publish import VAL_CURVE
+    from skipdecode.experiments.table import TRAIN_DONE
+
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    cell_dir = tmp_path / "checkout_a" / "cells" / "tiny__synthetic__full__id0"
+    (cell_dir / "train" / "csv").mkdir(parents=True)
+    (cell_dir / "train" / "csv" / "metrics.csv").write_text(
+        "epoch,step,val/loss,val_start/loss\n0,0,,2.5\n0,9,1.75,\n"
+    )
+    (cell_dir / TRAIN_DONE).write_text(json.dumps({"status": "ok", "seconds": 123.0}))
+    cell_file = sweep / "0" / "cell.json"
+    cell = json.loads(cell_file.read_text())
+    cell.update(cell_dir=str(cell_dir), train_seconds=123.0)
+    cell_file.write_text(json.dumps(cell))
+    first = publish(sweep, tmp_path / "results" / "first", aggregate)
+    curve = (first / "0" / VAL_CURVE).read_text()
+    assert curve == "step,val_loss\n0,2.5\n10,1.75\n"
+
+    cells_b = tmp_path / "checkout_b" / "cells"
+    (written,) = restore(first, cells_b)
+    restored_dir = written.parents[1]
+    assert (restored_dir / VAL_CURVE).read_text() == curve
+    summary = json.loads((restored_dir / TRAIN_DONE).read_text())
+    assert summary == {"status": "restored", "seconds": 123.0}  # never "ok": no model here
+
+    # a rerun in checkout B reuses the evaluation; its cell.json has no training time of its own
+    rerun = make_fake_sweep(tmp_path / "rerun")
+    cell = json.loads((rerun / "0" / "cell.json").read_text())
+    cell.update(cell_dir=str(restored_dir), record=str(written), train_seconds=None)
+    (rerun / "0" / "cell.json").write_text(json.dumps(cell))
+    second = publish(rerun, tmp_path / "results" / "second", aggregate)
+    assert (second / "0" / VAL_CURVE).read_text() == curve
+    assert json.loads((second / "0" / "cell.json").read_text())["train_seconds"] == 123.0
+
+    # restoring again completes a folder that lost its evidence, writes no record twice, and
+    # never overwrites what a cell trained here wrote
+    (restored_dir / VAL_CURVE).unlink()
+    (restored_dir / TRAIN_DONE).write_text(json.dumps({"status": "ok", "seconds": 7.0}))
+    assert restore(first, cells_b) == []
+    assert (restored_dir / VAL_CURVE).read_text() == curve
+    assert json.loads((restored_dir / TRAIN_DONE).read_text())["seconds"] == 7.0

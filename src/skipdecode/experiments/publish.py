@@ -17,7 +17,9 @@ evaluation back into the cells directory, in the folder the cell's identity name
 (``<cells_dir>/<model>__<dataset>__<schedule>__<cell id>/<eval folder>/record.json``, the id
 recomputed from the published ``identity.json``; ``source`` as published for cells without one),
 so a rerun of the same sweeps reuses those cells instead of training them again (a cell whose
-evaluation record exists is done; see :func:`skipdecode.experiments.sweep.run_cell`).
+evaluation record exists is done; see :func:`skipdecode.experiments.sweep.run_cell`). A reused
+cell is not trained again, so restore also puts its published validation curve and training time
+in its folder (where the folder lacks them), and the next publication carries them on.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 from ..io import read_json_or_none, write_json_atomic, write_text_atomic
 from .identity import IDENTITY_FILE, identity_hash, portable_identity
-from .table import CELL_FILE, PLAN_FILE
+from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 __all__ = ["publish", "restore"]
 
@@ -97,10 +99,14 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
         _copy_val_curve(cell, job_dir)
         cell["record"] = RECORD
         if cell.get("cell_dir"):  # <cell folder>/<eval folder> and its identity, for --restore
-            cell["source"] = f"{Path(cell['cell_dir']).name}/{record.parent.name}"
-            identity = read_json_or_none(Path(cell["cell_dir"]) / IDENTITY_FILE)
+            cell_dir = Path(cell["cell_dir"])
+            cell["source"] = f"{cell_dir.name}/{record.parent.name}"
+            identity = read_json_or_none(cell_dir / IDENTITY_FILE)
             if identity:
                 write_json_atomic(job_dir / IDENTITY_FILE, portable_identity(identity))
+            if cell.get("train_seconds") is None:  # a reused cell: its folder's summary
+                trained = read_json_or_none(cell_dir / TRAIN_DONE) or {}
+                cell["train_seconds"] = trained.get("seconds")
     for key in ("cell_dir", "job_dir", "export"):  # machine-local paths
         cell.pop(key, None)
     write_json_atomic(job_dir / CELL_FILE, cell)
@@ -111,8 +117,11 @@ def _copy_val_curve(cell: dict[str, Any], job_dir: Path) -> None:
     the evidence that the step budget was enough (the curve has flattened)."""
     if not cell.get("cell_dir"):  # a cell that never reached its folder has no curve
         return
-    metrics = Path(cell["cell_dir"]) / "train" / "csv" / "metrics.csv"
+    cell_dir = Path(cell["cell_dir"])
+    metrics = cell_dir / "train" / "csv" / "metrics.csv"
     if not metrics.is_file():
+        if (cell_dir / VAL_CURVE).is_file():  # restored from published results
+            shutil.copy2(cell_dir / VAL_CURVE, job_dir / VAL_CURVE)
         return
     with metrics.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -140,9 +149,10 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         identity = read_json_or_none(job / IDENTITY_FILE)
         identity = portable_identity(identity) if identity else None
         eval_dir = cells_dir / _restored_source(source, identity)
+        eval_dir.mkdir(parents=True, exist_ok=True)
+        _restore_training_evidence(cell, job, eval_dir.parent)
         if (eval_dir / RECORD).is_file():
             continue
-        eval_dir.mkdir(parents=True, exist_ok=True)
         if identity:
             write_json_atomic(eval_dir.parent / IDENTITY_FILE, identity)
         if (job / GZIPPED).is_file():
@@ -153,6 +163,19 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         write_text_atomic(eval_dir / RECORD, (job / RECORD).read_text())  # last: the marker
         written.append(eval_dir / RECORD)
     return written
+
+
+def _restore_training_evidence(cell: dict[str, Any], job: Path, cell_dir: Path) -> None:
+    """What a republication needs of a cell's training that a reused cell cannot measure again:
+    its validation curve and its training time. Written only where the cell's folder lacks them
+    (a cell trained on this machine keeps its own); the training summary says ``restored``, never
+    ``ok``, so it is never taken for a trained model to evaluate."""
+    if (job / VAL_CURVE).is_file() and not (cell_dir / VAL_CURVE).is_file():
+        shutil.copy2(job / VAL_CURVE, cell_dir / VAL_CURVE)
+    if cell.get("train_seconds") is not None and not (cell_dir / TRAIN_DONE).is_file():
+        write_json_atomic(
+            cell_dir / TRAIN_DONE, {"status": "restored", "seconds": cell["train_seconds"]}
+        )
 
 
 def _restored_source(source: str, identity: dict[str, Any] | None) -> str:

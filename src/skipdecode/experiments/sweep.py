@@ -39,13 +39,11 @@ from ..training.export import export_checkpoint
 from ..training.train import train
 from .aggregate import aggregate, log_wandb
 from .identity import IDENTITY_FILE, cell_identity, eval_identity
-from .table import CELL_FILE, PLAN_FILE
+from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 log = logging.getLogger(__name__)
 
 __all__ = ["run_cell", "AggregateCallback", "main"]
-
-TRAIN_DONE = "train_done.json"
 
 
 def _choices() -> dict[str, str]:

@@ -36,6 +36,8 @@ __all__ = [
 
 CELL_FILE = "cell.json"
 PLAN_FILE = "plan.json"
+#: In a cell's folder: how its training went (``status``, ``seconds``, the export).
+TRAIN_DONE = "train_done.json"
 TABLE_CSV = "results.csv"
 TABLE_MD = "results.md"
 CELLS_CSV = "cells.csv"
