@@ -5,12 +5,13 @@ copies, per cell, ``cell.json`` (the record path made relative, the cell's folde
 directory kept as ``source``), its ``identity.json`` (the training config it was trained from,
 made portable: see :mod:`skipdecode.experiments.identity`), the evaluation ``record.json`` and
 its ``generations.jsonl`` gzipped (the paired bootstrap and ``samples.md`` need the per-input
-outputs; gzip keeps a 630-input cell at ~200 KB instead of ~1 MB) and ``val_loss.csv`` (validation loss by optimizer step, when the
-cell was trained with the CSV logger), plus the sweep's ``plan.json``; then runs the
-aggregation on the copy, so the published ``results.md``, ``cells.md``, CSVs and plots are exactly
-what the aggregate code makes from the committed records (a test checks it). One sweep keeps its
-job numbers; several are merged with their jobs named ``<sweep>-<num>``. The directory is built
-beside the target and renamed into place: it is written whole or not at all.
+outputs; gzip keeps a 630-input cell at ~200 KB instead of ~1 MB) and ``val_loss.csv``
+(validation loss by optimizer step, when the cell was trained with the CSV logger), plus the
+sweep's ``plan.json``; then runs the aggregation on the copy, so the published ``results.md``,
+``cells.md``, CSVs and plots are exactly what the aggregate code makes from the committed records
+(a test checks it). One sweep keeps its job numbers; several are merged with their jobs named
+``<sweep>-<num>``. The directory is built beside the target and renamed into place: it is
+written whole or not at all.
 
 ``--restore results/<name>`` does the reverse for a fresh machine: it puts every published
 evaluation back into the cells directory, in the folder the cell's identity names on this machine
