@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tiny_models import FAMILIES, left_padded_batch
 
 from skipdecode.core.engine import SkipDecoder
+from skipdecode.core.loss import IGNORE_INDEX, next_token_targets, token_loss_sums
 from skipdecode.schedules import (
     AdaptiveSchedule,
     CALMSchedule,
@@ -219,6 +220,39 @@ def test_calm_loss_weights_and_exit_logits():
     torch.testing.assert_close(
         exits[5][mask.bool()], dec.forward(ids, mask)[mask.bool()], atol=ATOL, rtol=0
     )
+
+
+def test_calm_training_loss_reads_out_only_scored_positions_and_equals_full_readout():
+    """CALM's loss heads only the positions that predict a target token; the sum and its
+    gradients equal the weighted cross-entropies of full ``(B, T, V)`` readouts."""
+    dec = SkipDecoder(FAMILIES["llama"]())
+    ids, mask = left_padded_batch(LENGTHS)
+    labels = ids.clone()
+    labels[:, : ids.shape[1] - 3] = IGNORE_INDEX  # the last three tokens are targets
+    labels[mask == 0] = IGNORE_INDEX
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    calm = CALMSchedule(L, 0.9, check_every=2)
+    weights = calm.intermediate_loss_weights()
+
+    loss, count = calm.loss_sums(dec, batch)
+    grads = torch.autograd.grad(loss, list(dec.model.parameters()), allow_unused=True)
+    exits = dec.forward_exits(ids, mask, list(weights))
+    reference = sum(w * token_loss_sums(exits[i], labels)[0] for i, w in weights.items())
+    reference_grads = torch.autograd.grad(
+        reference, list(dec.model.parameters()), allow_unused=True
+    )
+
+    assert int(count) == int(token_loss_sums(exits[L - 1], labels)[1]) == 3 * len(LENGTHS)
+    torch.testing.assert_close(loss, reference, atol=1e-5, rtol=1e-6)
+    for g, r in zip(grads, reference_grads):
+        assert (g is None) == (r is None)
+        if g is not None:
+            torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-5)
+    positions, targets = next_token_targets(labels)
+    some = dec.forward_exits(ids, mask, [1, 4], positions)
+    assert some[4].shape == (3 * len(LENGTHS), exits[L - 1].shape[-1])
+    torch.testing.assert_close(some[4], dec.forward_exits(ids, mask, [4])[4][positions])
+    assert torch.equal(targets, labels[:, 1:][positions[:, :-1]])
 
 
 # ------------------------------------------------------------------ config and errors

@@ -109,9 +109,14 @@ class SkipDecoder:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None,
         exit_layers: Sequence[int],
+        positions: torch.Tensor | None = None,
     ) -> dict[int, torch.Tensor]:
         """Logits read out through the shared head after each layer in ``exit_layers``
-        (every layer runs); differentiable. CALM trains on a weighted sum of their losses."""
+        (every layer runs); differentiable. CALM trains on a weighted sum of their losses.
+
+        Logits are ``(B, T, V)``, or ``(N, V)`` for the ``N`` true entries of a boolean
+        ``positions`` mask ``(B, T)`` (row-major): the head then runs only where a loss is
+        taken, which is most of the cost of many exits over a large vocabulary."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         wanted = set(exit_layers)
@@ -128,7 +133,10 @@ class SkipDecoder:
         for layer_idx in range(max(wanted) + 1):
             hidden = self.adapter.run_layer(layer_idx, hidden, attn, kwargs)
             if layer_idx in wanted:
-                out[layer_idx] = self.adapter.head(hidden)
+                if positions is None:
+                    out[layer_idx] = self.adapter.head(hidden)
+                else:
+                    out[layer_idx] = self.adapter.head(hidden[positions].unsqueeze(0))[0]
         return out
 
     # ------------------------------------------------------------------------------------

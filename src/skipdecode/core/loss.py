@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["IGNORE_INDEX", "token_loss_sums"]
+__all__ = ["IGNORE_INDEX", "next_token_targets", "token_loss_sums"]
 
 #: Label of positions that carry no loss (prompt and padding), as in transformers.
 IGNORE_INDEX = -100
@@ -26,3 +26,14 @@ def token_loss_sums(
         reduction="sum",
     )
     return loss, (targets != IGNORE_INDEX).sum()
+
+
+def next_token_targets(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions that carry a loss and the tokens they predict, for labels ``(B, T)``:
+    a boolean mask ``(B, T)`` (position ``t`` is scored when label ``t + 1`` is) and the ``N``
+    targets of the masked positions in row-major order. Reading logits out at these positions
+    only gives :func:`token_loss_sums` without computing the head where no loss is taken."""
+    following = torch.full_like(labels, IGNORE_INDEX)
+    following[:, :-1] = labels[:, 1:]
+    positions = following != IGNORE_INDEX
+    return positions, following[positions]

@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 
-from ..core.loss import token_loss_sums
+from ..core.loss import next_token_targets
 from ..core.step import DecodeStep, StepResult
 from ..progress import progress
 from .base import Schedule, ScheduleError, ScheduleRun, StaticSchedule, require
@@ -190,14 +191,17 @@ class CALMSchedule(Schedule):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-entropy at every exit through the shared head, weighted by depth."""
         weights = self.intermediate_loss_weights()
-        exits = decoder.forward_exits(batch["input_ids"], batch["attention_mask"], list(weights))
-        total: torch.Tensor | float = 0.0
-        count = None
-        for layer_idx, w in weights.items():
-            loss, count = token_loss_sums(exits[layer_idx], batch["labels"])
-            total = total + w * loss
-        assert count is not None
-        return total, count  # type: ignore[return-value]
+        positions, targets = next_token_targets(batch["labels"])
+        exits = decoder.forward_exits(
+            batch["input_ids"], batch["attention_mask"], list(weights), positions
+        )
+        total = torch.stack(
+            [
+                w * F.cross_entropy(exits[layer_idx].float(), targets, reduction="sum")
+                for layer_idx, w in weights.items()
+            ]
+        ).sum()
+        return total, torch.tensor(targets.numel(), device=targets.device)
 
     def validation_plan(self, expected_length: int | None = None) -> StaticSchedule:
         return FullSchedule(self.num_layers)
