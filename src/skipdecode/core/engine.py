@@ -111,12 +111,9 @@ class SkipDecoder:
         exit_layers: Sequence[int],
         positions: torch.Tensor | None = None,
     ) -> dict[int, torch.Tensor]:
-        """Logits read out through the shared head after each layer in ``exit_layers``
-        (every layer runs); differentiable. CALM trains on a weighted sum of their losses.
-
-        Logits are ``(B, T, V)``, or ``(N, V)`` for the ``N`` true entries of a boolean
-        ``positions`` mask ``(B, T)`` (row-major): the head then runs only where a loss is
-        taken, which is most of the cost of many exits over a large vocabulary."""
+        """Logits ``(B, T, V)`` read out through the shared head after each layer in
+        ``exit_layers`` (every layer runs; differentiable; CALM trains on their losses), or
+        ``(N, V)`` at the true entries of a boolean ``positions`` mask ``(B, T)`` only."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         wanted = set(exit_layers)
