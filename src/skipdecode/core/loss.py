@@ -17,22 +17,17 @@ def token_loss_sums(
     """(summed cross-entropy, number of scored tokens) for logits ``(B, T, V)`` and labels
     ``(B, T)``: position ``t`` predicts token ``t + 1``, so the last prompt position predicts
     target token 0."""
-    logits = logits[:, :-1].float()
-    targets = labels[:, 1:]
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
-    return loss, (targets != IGNORE_INDEX).sum()
+    positions, targets = next_token_targets(labels)
+    loss = F.cross_entropy(logits[positions].float(), targets, reduction="sum")
+    return loss, torch.tensor(targets.numel(), device=targets.device)
 
 
 def next_token_targets(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The positions that carry a loss and the tokens they predict, for labels ``(B, T)``:
     a boolean mask ``(B, T)`` (position ``t`` is scored when label ``t + 1`` is) and the ``N``
     targets of the masked positions in row-major order. Reading logits out at these positions
-    only gives :func:`token_loss_sums` without computing the head where no loss is taken."""
+    only (``SkipDecoder.forward_exits``) gives :func:`token_loss_sums` without computing the
+    head where no loss is taken."""
     following = torch.full_like(labels, IGNORE_INDEX)
     following[:, :-1] = labels[:, 1:]
     positions = following != IGNORE_INDEX
