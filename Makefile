@@ -69,15 +69,15 @@ reproduce: $(STAMP) ## The paper grid (OPT-1.3B/6.7B x E2E/TLDR/CNN-DM x 1-5x): 
 E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds outputs/sweep/e2e_smollm2_methods
 # Every method at 2x before any at 4x, so a run cut short still compares the methods at one
 # speedup; CALM last: its training scores every layer's exit through the LM head (30 x 576 x
-# 49,152 per target token), ~16 s a step on 2 CPU cores against ~5 s for the others.
+# 49,152 per target token), 17-19 s a step on 2 CPU cores against ~5-7 s for the others.
 E2E_METHODS := early_exit_2x,unified_2x,power_law_2x,adaptive_2x,speculative_2x,early_exit_4x,unified_4x,power_law_4x,adaptive_4x,speculative_4x,calm_2x,calm_4x
 
-reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, seeds -> results/e2e_smollm2 (~9.5 h on 2 cores as run, 2.3 h of it the two CALM cells)
+reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, seeds -> results/e2e_smollm2 (~10 h on 2 cores as run, 2.3 h of it the two CALM cells)
 	@test ! -d results/e2e_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2 --cells-dir outputs/sweep_cells
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_curve seed=1 \
 		schedule=full,target_2x,target_3x,target_4x,target_5x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_seeds seed=2,3 \
-		schedule=full,target_2x,target_4x $(ARGS)
+		schedule=full,target_2x,target_3x,target_4x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_methods seed=1 \
 		schedule=$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
