@@ -89,6 +89,12 @@ class DecoderAdapter:
     def _layer_call_kwargs(self, layer_idx: int, kwargs: dict[str, Any]) -> dict[str, Any]:
         return kwargs
 
+    def layer_kind(self, layer_idx: int) -> str:
+        """The kind of layer ``layer_idx`` (Gemma 3: sliding or full attention); layers of one
+        kind share their structure, so one compiled layer step serves them all."""
+        types = getattr(self.config, "layer_types", None)
+        return str(types[layer_idx]) if types else "layer"
+
     @property
     def _cache_kwarg(self) -> str:
         return "past_key_values"

@@ -91,8 +91,10 @@ class StaticKVCache(KVCache):
         super().__init__(num_layers)
         self.capacity = capacity
         shape = (batch_size, kv_heads, capacity, head_dim)
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # Zeros, not empty: the compiled path attends over unwritten columns (masked); garbage
+        # there could be NaN or inf, which a zero attention weight does not cancel.
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
     def update(
         self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs
@@ -108,6 +110,17 @@ class StaticKVCache(KVCache):
         self._lengths[layer_idx] = end
         return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
 
+    def claim(self, layer_idx: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole buffers of ``layer_idx`` for a pass that writes ``n`` positions in place
+        (the compiled path); checks for a gap and advances the layer's length, as ``update``."""
+        start = self._check(layer_idx)
+        if start + n > self.capacity:
+            raise CacheGapError(
+                f"cache capacity {self.capacity} exceeded at layer {layer_idx} (needs {start + n})"
+            )
+        self._lengths[layer_idx] = start + n
+        return self.keys[layer_idx], self.values[layer_idx]
+
     def select_rows(self, index: torch.Tensor) -> None:
         self.keys = [k.index_select(0, index) for k in self.keys]
         self.values = [v.index_select(0, index) for v in self.values]
@@ -120,7 +133,7 @@ class StaticKVCache(KVCache):
         extra = new - self.capacity
 
         def grown(buf: torch.Tensor) -> torch.Tensor:
-            pad = buf.new_empty(buf.shape[0], buf.shape[1], extra, buf.shape[3])
+            pad = buf.new_zeros(buf.shape[0], buf.shape[1], extra, buf.shape[3])
             return torch.cat([buf, pad], dim=2)
 
         self.keys = [grown(k) for k in self.keys]

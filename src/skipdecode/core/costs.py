@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .compiled import bucketed_capacity, future_mask
 from .engine import SkipDecoder
 from .masks import decode_attention_mask
 from .step import DecodeStep
@@ -33,16 +34,34 @@ def time_call(fn: Callable[[], Any], device: torch.device) -> float:
 
 
 def transformers_generate_seconds(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, pad_id: int
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    new_tokens: int,
+    pad_id: int,
+    compiled: bool = False,
 ) -> tuple[float, float]:
     """(prefill, decode) seconds of transformers' greedy ``generate`` for exactly
     ``new_tokens`` tokens (EOS off). The prefill is ``generate`` for one token (its prefill
     computes the LM head at the last prompt position only, ``logits_to_keep=1``), the decode is
     the rest: the same split as the engine's own timing. (Timing a plain forward as the prefill
     would count the LM head at every prompt position, which ``generate`` never pays, and so
-    understate its decode time: by ~14 ms/step at batch 32 for the smollm2-135m shape.)"""
+    understate its decode time: by ~14 ms/step at batch 32 for the smollm2-135m shape.)
+
+    ``compiled``: the optimized peer a user would run, a static cache and ``generate``'s own
+    ``torch.compile`` of the forward (on every device). Both calls get a fresh static cache of
+    the same size, so they run the same compiled graphs."""
 
     def run(n: int) -> Any:
+        extra: dict[str, Any] = {}
+        if compiled:
+            from transformers import StaticCache
+            from transformers.generation.configuration_utils import CompileConfig
+
+            config = CompileConfig()
+            config._compile_all_devices = True  # generate compiles on GPUs only by default
+            cache = StaticCache(model.config, max_cache_len=ids.shape[1] + new_tokens)
+            extra = {"past_key_values": cache, "compile_config": config}
         return model.generate(
             input_ids=ids,
             attention_mask=mask,
@@ -51,6 +70,7 @@ def transformers_generate_seconds(
             min_new_tokens=n,
             eos_token_id=None,
             pad_token_id=pad_id,
+            **extra,
         )
 
     with torch.no_grad():
@@ -62,11 +82,14 @@ def transformers_generate_seconds(
 def step_cost_split(
     dec: SkipDecoder, ids: torch.Tensor, mask: torch.Tensor, steps: int
 ) -> dict[str, float]:
-    """Time of one decode step outside the layers, and of the LM head alone (seconds)."""
+    """Time of one decode step outside the layers, and of the LM head alone (seconds), on the
+    decoder's own path (a compiled decoder's step and head run compiled)."""
     B, P = ids.shape
     device = ids.device
-    cache = dec.new_cache(B, P + 1)
-    decode_mask = decode_attention_mask(mask, P + 1, dec.dtype)
+    compiled = dec.compiled
+    capacity = P + 1 if compiled is None else bucketed_capacity(P + 1)
+    cache = dec.new_cache(B, capacity)
+    decode_mask = decode_attention_mask(mask, capacity, dec.dtype)
     with torch.no_grad():
         logits = dec.prefill(ids, mask, cache)
         token = logits.argmax(-1)
@@ -80,15 +103,19 @@ def step_cost_split(
             adapter=dec.adapter,
             cache=cache,
             cache_position=P,
-            attention_mask=decode_mask,
+            attention_mask=decode_mask[..., : P + 1],
+            compiled=compiled,
+            capacity_mask=None if compiled is None else future_mask(decode_mask, P),
         )
+        head = dec.adapter.head if compiled is None else compiled.head
 
         def no_layer_step():
             return step.run(()).argmax(-1)
 
+        no_layer_step(), head(hidden)  # a compiled head compiles here, untimed
         other = [time_call(no_layer_step, device) for _ in range(steps)]
-        head = [time_call(lambda: dec.adapter.head(hidden), device) for _ in range(steps)]
-    return {"non_layer_s": statistics.median(other), "head_s": statistics.median(head)}
+        heads = [time_call(lambda: head(hidden), device) for _ in range(steps)]
+    return {"non_layer_s": statistics.median(other), "head_s": statistics.median(heads)}
 
 
 def ideal_speedup(

@@ -7,9 +7,7 @@ tokenizers are transformers'. The model's config is never touched: the layer pla
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -17,12 +15,19 @@ from torch import nn
 
 from .adapters import DecoderAdapter, get_adapter
 from .cache import DynamicKVCache, KVCache, StaticKVCache
-from .masks import causal_attention_mask, decode_attention_mask, position_ids_from_mask
+from .clock import eval_mode, now
+from .compiled import CompiledLayers, bucketed_capacity, future_mask
+from .masks import (
+    active_prefixes,
+    causal_attention_mask,
+    decode_attention_mask,
+    position_ids_from_mask,
+)
 from .prompts import lengths_with_eos, prepare_inputs, special_ids
 from .sampling import SamplingConfig, select_next
 from .speculative import RoundView, speculative_generate, speculative_output
 from .stats import GenerationOutput, GenerationStats
-from .step import DecodeStep, LayerPlan
+from .step import DecodeStep, LayerPlan, check_nested
 
 __all__ = ["SkipDecoder", "GenerationOutput", "GenerationStats"]
 
@@ -34,13 +39,30 @@ class SkipDecoder:
     KV cache under any :class:`~skipdecode.schedules.Schedule`.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Any | None = None, cache: str = "static"):
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any | None = None,
+        cache: str = "static",
+        compile: bool | str = False,
+    ):
         if cache not in ("static", "dynamic"):
             raise ValueError(f"cache={cache!r} is not allowed: choose 'static' or 'dynamic'")
+        if compile and cache != "static":
+            raise ValueError(
+                f"compile={compile!r} needs cache='static' (the compiled step writes the "
+                f"preallocated cache in place), not cache={cache!r}"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.adapter: DecoderAdapter = get_adapter(model)
         self.cache_kind = cache
+        # compile=True (or a torch.compile mode): decode passes run the compiled layer step
+        # (core.compiled); the eager path stays the reference. Prefill is eager.
+        self.compiled: CompiledLayers | None = None
+        if compile:
+            mode = "default" if compile is True else str(compile)
+            self.compiled = CompiledLayers(self.adapter, mode)
 
     @property
     def num_layers(self) -> int:
@@ -79,7 +101,7 @@ class SkipDecoder:
         attn = causal_attention_mask(attention_mask, hidden.dtype)
         kwargs = self.adapter.layer_kwargs(hidden, position_ids)
 
-        prefixes = _active_prefixes(layer_mask, L, T) if prefix_slicing else [T] * L
+        prefixes = active_prefixes(layer_mask, L, T) if prefix_slicing else [T] * L
         run = self.adapter.run_layer
         for layer_idx in range(L):
             n = prefixes[layer_idx]
@@ -185,8 +207,8 @@ class SkipDecoder:
                     "return_logits=True is not available with a speculative schedule (its "
                     "tokens come from verify passes, several per pass)"
                 )
-            _check_nested([speculation.draft.active_layers(g) for g in range(n_steps)])
-            with _eval_mode(self.model):
+            check_nested([speculation.draft.active_layers(g) for g in range(n_steps)])
+            with eval_mode(self.model):
                 result = speculative_generate(
                     self, input_ids, attention_mask, speculation, max_new_tokens, sampling,
                     eos_ids, pad_id, stop, on_round,
@@ -199,12 +221,15 @@ class SkipDecoder:
         run = schedule.start(B)
         static = schedule.static()
         if static is not None:
-            _check_nested([static.active_layers(g) for g in range(n_steps)])
+            check_nested([static.active_layers(g) for g in range(n_steps)])
         token_layers: list[torch.Tensor] = []
         ran_layers: list[tuple[int, ...]] = []
 
-        with _eval_mode(self.model):
+        compiled = self.compiled
+        with eval_mode(self.model):
             capacity = P + max(0, max_new_tokens - 1)
+            if compiled is not None:  # fewer distinct shapes, fewer compiles
+                capacity = bucketed_capacity(capacity)
             cache = self.new_cache(B, capacity)
             dtype = self.dtype
             # Without padding, SDPA needs no mask (causal prefill, full decode rows), which also
@@ -213,6 +238,10 @@ class SkipDecoder:
             decode_mask = (
                 None if maskless else decode_attention_mask(attention_mask, capacity, dtype)
             )
+            # The compiled step attends over the whole capacity: unwritten columns are hidden.
+            full = (
+                None if compiled is None else decode_attention_mask(attention_mask, capacity, dtype)
+            )
             valid = attention_mask.long().sum(-1)  # (B,) real prompt tokens per row
 
             generated: list[torch.Tensor] = []
@@ -220,9 +249,10 @@ class SkipDecoder:
             live_history: list[torch.Tensor] = []
             finished = torch.zeros(B, dtype=torch.bool, device=device)
 
-            t0 = _now(device)
+            compiling = 0.0 if compiled is None else compiled.compile_seconds
+            t0 = now(device)
             logits = self.prefill(input_ids, attention_mask, cache, maskless)
-            t1 = _now(device)
+            t1 = now(device)
             budgets: list[int] = []
             if max_new_tokens > 0:
                 token = select_next(logits, sampling, generator)
@@ -248,6 +278,8 @@ class SkipDecoder:
                     cache=cache,
                     cache_position=P + g,
                     attention_mask=None if decode_mask is None else decode_mask[..., : P + g + 1],
+                    compiled=compiled,
+                    capacity_mask=None if full is None else future_mask(full, P + g),
                 )
                 result = run.decode(step)
                 logits = result.logits
@@ -263,7 +295,9 @@ class SkipDecoder:
                 generated.append(token)
                 if return_logits:
                     logits_seen.append(logits.float())
-            t2 = _now(device)
+            t2 = now(device)
+            if compiled is not None:  # compile time is reported, never counted as decoding
+                compiling = compiled.compile_seconds - compiling
 
         gen = torch.stack(generated, 1) if generated else input_ids.new_zeros(B, 0)
         # per-row depths, when the schedule's rows left at different depths (every pass reports)
@@ -283,8 +317,10 @@ class SkipDecoder:
                 else [],
                 generated_lengths=lengths_with_eos(gen, eos_ids if stop else []),
                 prefill_seconds=t1 - t0,
-                decode_seconds=t2 - t1,
+                decode_seconds=t2 - t1 - compiling,
                 batch_size=B,
+                compile_seconds=compiling,
+                compiled=compiled is not None,
                 token_layers=per_row,
                 live_mask=[x.tolist() for x in live_history] if per_row is not None else None,
             ),
@@ -362,39 +398,3 @@ class SkipDecoder:
                 f"model's {limit} positions (max_position_embeddings); shorten the prompt "
                 "(dataset truncation) or lower max_new_tokens"
             )
-
-
-# ----------------------------------------------------------------------------------------
-def _active_prefixes(layer_mask: torch.Tensor | None, L: int, T: int) -> list[int]:
-    """Per layer: 1 + the last position active in any row (0 if the layer never runs)."""
-    if layer_mask is None:
-        return [T] * L
-    any_row = layer_mask.any(dim=0)  # (L, T)
-    idx = torch.arange(1, T + 1, device=layer_mask.device)
-    return (any_row * idx).amax(dim=-1).tolist()
-
-
-def _check_nested(plans: list[tuple[int, ...]]) -> None:
-    for g in range(1, len(plans)):
-        if not set(plans[g]) <= set(plans[g - 1]):
-            extra = sorted(set(plans[g]) - set(plans[g - 1]))
-            raise ValueError(
-                f"schedule is not monotone: step {g} runs layers {extra} that step {g - 1} "
-                "skipped, so their KV cache would have gaps"
-            )
-
-
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)

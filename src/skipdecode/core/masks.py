@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "active_prefixes",
     "position_ids_from_mask",
     "causal_attention_mask",
     "decode_attention_mask",
@@ -63,3 +64,12 @@ def block_attention_mask(
     causal = torch.ones(T, T, dtype=torch.bool, device=visible.device).tril()
     allowed = torch.cat([before, causal[None].expand(n, T, T)], dim=-1)
     return _additive(allowed[:, None], dtype)
+
+
+def active_prefixes(layer_mask: torch.Tensor | None, L: int, T: int) -> list[int]:
+    """Per layer: 1 + the last position active in any row (0 if the layer never runs)."""
+    if layer_mask is None:
+        return [T] * L
+    any_row = layer_mask.any(dim=0)  # (L, T)
+    idx = torch.arange(1, T + 1, device=layer_mask.device)
+    return (any_row * idx).amax(dim=-1).tolist()

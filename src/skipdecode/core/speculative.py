@@ -29,7 +29,6 @@ costs when it is bound by reading weights, as small-batch decoding is; the verif
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,6 +38,7 @@ import torch
 from .acceptance import accept_greedy, accept_sampled
 from .adapters import DecoderAdapter
 from .cache import KVCache
+from .clock import now
 from .masks import block_attention_mask
 from .sampling import SamplingConfig, probabilities, select_next
 from .stats import GenerationOutput, GenerationStats, SpeculationCounts
@@ -132,9 +132,9 @@ def speculative_generate(
     result = SpeculativeResult(out, [], [], counts, 0.0, 0.0)
     cache = decoder.new_cache(B, P + N + spec.k + 1)
 
-    t0 = _now(device)
+    t0 = now(device)
     logits = decoder.prefill(input_ids, attention_mask, cache, maskless=False)
-    t1 = _now(device)
+    t1 = now(device)
     result.prefill_seconds = t1 - t0
     if N == 0:
         result.lengths = [0] * B
@@ -176,7 +176,7 @@ def speculative_generate(
         final_lengths[state.rows] = state.lengths
         if on_round is not None:
             on_round(RoundView(cache, state.rows, state.visible[:, :column], state.lengths))
-    result.decode_seconds = _now(device) - t1
+    result.decode_seconds = now(device) - t1
     result.lengths = [int(n) for n in final_lengths.tolist()]
     return result
 
@@ -357,9 +357,3 @@ def _pass(
     for layer_idx in layers:
         hidden = adapter.run_layer(layer_idx, hidden, mask, kwargs, cache)
     return adapter.head(hidden)
-
-
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()

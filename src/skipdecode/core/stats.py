@@ -54,6 +54,9 @@ class GenerationStats:
     live_mask: list[list[bool]] | None = None
     # speculative decoding: ``budgets``/``live_rows`` then list every draft and verify pass
     speculation: SpeculationCounts | None = None
+    # the compiled path: seconds spent compiling during this call (kept out of decode_seconds)
+    compile_seconds: float = 0.0
+    compiled: bool = False
 
     @property
     def passes(self) -> int:

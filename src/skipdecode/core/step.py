@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from .adapters import DecoderAdapter
 from .cache import KVCache
+
+if TYPE_CHECKING:
+    from .compiled import CompiledLayers
 
 __all__ = [
     "DecodeStep",
@@ -26,6 +29,7 @@ __all__ = [
     "LayerPlan",
     "PositionPlan",
     "Speculation",
+    "check_nested",
 ]
 
 
@@ -50,6 +54,10 @@ class DecodeStep:
     cache: KVCache
     cache_position: int  # where this pass writes in every active layer's cache
     attention_mask: torch.Tensor | None  # (B, 1, 1, cache_position + 1) additive, or None
+    # The compiled path (``SkipDecoder(compile=...)``): ``run`` replays its compiled layer step
+    # with ``capacity_mask`` ``(B, 1, 1, capacity)``, which also hides unwritten columns.
+    compiled: CompiledLayers | None = None
+    capacity_mask: torch.Tensor | None = None
 
     def embed(self) -> tuple[torch.Tensor, dict[str, Any]]:
         """Hidden states ``(B, 1, D)`` entering layer 0 and the layers' shared keyword
@@ -74,6 +82,12 @@ class DecodeStep:
     def run(self, layers: Sequence[int]) -> torch.Tensor:
         """Every row through ``layers`` (bottom to top), then the head: logits ``(B, V)``."""
         hidden, kwargs = self.embed()
+        if self.compiled is not None:
+            assert self.capacity_mask is not None
+            logits = self.compiled.run(
+                hidden, kwargs, layers, self.cache, self.cache_position, self.capacity_mask
+            )
+            return logits[:, 0]
         for layer_idx in layers:
             hidden = self.layer(layer_idx, hidden, kwargs)
         return self.head(hidden)
@@ -125,3 +139,15 @@ class LayerPlan(Protocol):
     def speculation(self) -> Speculation | None: ...
 
     def describe(self) -> dict: ...
+
+
+def check_nested(plans: Sequence[Sequence[int]]) -> None:
+    """Raise unless every step's layers are a subset of the previous step's (a layer skipped
+    once never runs again, so no layer's cache has a gap)."""
+    for g in range(1, len(plans)):
+        if not set(plans[g]) <= set(plans[g - 1]):
+            extra = sorted(set(plans[g]) - set(plans[g - 1]))
+            raise ValueError(
+                f"schedule is not monotone: step {g} runs layers {extra} that step {g - 1} "
+                "skipped, so their KV cache would have gaps"
+            )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from torch import nn
 
 from ..core.costs import step_cost_split, time_call, transformers_generate_seconds
 from ..core.engine import SkipDecoder
+from ..core.floor import DeviceLimits, measure_device, step_floor_seconds
 from ..progress import progress
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
 from .bench_tables import add_run_options, decode_table, train_table, write_bench
@@ -46,6 +48,14 @@ def _prompts(
     return ids.to(device), torch.ones_like(ids).to(device)
 
 
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q2, q1, q3
+
+
 def bench_decode(
     shape: str,
     batch_size: int,
@@ -57,82 +67,103 @@ def bench_decode(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     model: nn.Module | None = None,
+    compile: bool = False,
+    limits: DeviceLimits | None = None,
 ) -> dict[str, Any]:
-    """One (shape, batch) cell: every variant, interleaved, median of ``repeats``."""
+    """One (shape, batch) cell: every variant, interleaved, median (and quartiles) of
+    ``repeats``. ``compile`` adds transformers' compiled ``generate`` (static cache) and the
+    compiled skipdecode path for the full and every schedule; compile time is measured on the
+    warm-up call and reported apart, never in the decode times. ``limits``: the device's
+    measured bandwidth and peak, for each variant's floor."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
-    dec = SkipDecoder(model)
+    decoders = {"": SkipDecoder(model)}
+    if compile:
+        decoders["-compiled"] = SkipDecoder(model, compile=True)
+    dec = decoders[""]
     L = dec.num_layers
     ids, mask = _prompts(batch_size, prompt_len, model.config.vocab_size, dev)
     schedules: dict[str, StaticSchedule] = {"skipdecode-full": FullSchedule(L)}
     for s in speedups:
         schedules[f"skipdecode-{s}x"] = linear_for_speedup(L, s, new_tokens)
 
-    def run_skip(schedule: StaticSchedule) -> dict[str, float]:
-        out = dec.generate(ids, schedule, new_tokens, mask, eos_token_id=[], decode_texts=False)
+    def run_skip(decoder: SkipDecoder, schedule: StaticSchedule) -> dict[str, float]:
+        out = decoder.generate(ids, schedule, new_tokens, mask, eos_token_id=[], decode_texts=False)
         st = out.stats
         return {
             "prefill_s": st.prefill_seconds,
             "decode_s": st.decode_seconds,
+            "compile_s": st.compile_seconds,
             "steps": st.decode_steps,
             "layers_per_token": st.layers_per_token,
         }
 
-    def run_hf() -> dict[str, float]:
-        prefill, decode = transformers_generate_seconds(model, ids, mask, new_tokens, 0)
+    def run_hf(compiled: bool) -> dict[str, float]:
+        start = time.perf_counter()
+        prefill, decode = transformers_generate_seconds(model, ids, mask, new_tokens, 0, compiled)
         # generate = one prefill + (new_tokens - 1) cached decode passes
         return {
             "prefill_s": prefill,
             "decode_s": decode,
+            "wall_s": time.perf_counter() - start,
             "steps": new_tokens - 1,
             "layers_per_token": float(L),
         }
 
     variants: dict[str, Callable[[], dict[str, float]]] = {}
     if with_transformers:
-        variants["transformers-generate"] = run_hf
-    for name, sched in schedules.items():
-        variants[name] = lambda sched=sched: run_skip(sched)
+        variants["transformers-generate"] = lambda: run_hf(False)
+        if compile:
+            variants["transformers-generate-compiled"] = lambda: run_hf(True)
+    for suffix, decoder in decoders.items():
+        for name, sched in schedules.items():
+            variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
 
-    for fn in variants.values():  # warm-up
-        fn()
+    warm = {name: fn() for name, fn in variants.items()}  # warm-up: compiles
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, fn in variants.items():
             samples[name].append(fn())
 
-    rows: dict[str, dict[str, float]] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for name, runs in samples.items():
         steps = runs[0]["steps"]
+        per_step = [1000 * r["decode_s"] / max(steps, 1) for r in runs]
         decode = statistics.median(r["decode_s"] for r in runs)
         prefill = statistics.median(r["prefill_s"] for r in runs)
+        med, q1, q3 = _quartiles(per_step)
         rows[name] = {
             "prefill_ms": 1000 * prefill,
-            "decode_ms_per_step": 1000 * decode / max(steps, 1),
+            "decode_ms_per_step": med,
+            "decode_ms_q1": q1,
+            "decode_ms_q3": q3,
             "tokens_per_s": batch_size * new_tokens / (prefill + decode),
             "decode_tokens_per_s": batch_size * steps / decode if decode > 0 else float("nan"),
             "layers_per_token": runs[0]["layers_per_token"],
+            "compiled": name.endswith("-compiled"),
         }
+        if name.endswith("-compiled"):  # the warm-up call's compiling, apart from decoding
+            w = warm[name]
+            steady = statistics.median(r.get("wall_s", 0.0) for r in runs)
+            rows[name]["compile_s"] = (
+                w["compile_s"] if "compile_s" in w else max(0.0, w["wall_s"] - steady)
+            )
 
-    split = step_cost_split(dec, ids, mask, steps=max(5, 2 * repeats))
+    splits = {
+        suffix: step_cost_split(d, ids, mask, steps=max(5, 2 * repeats))
+        for suffix, d in decoders.items()
+    }
+    split = splits[""]
+    _derive_speedups(rows, schedules, splits, L, with_transformers)
+    if limits is not None:
+        for r in rows.values():
+            floor = step_floor_seconds(
+                dec.adapter, r["layers_per_token"], batch_size, prompt_len + new_tokens, limits
+            )
+            r["floor_ms"] = 1000 * floor["seconds"]
+            r["floor_multiple"] = r["decode_ms_per_step"] / r["floor_ms"]
     full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
     other = min(split["non_layer_s"], full)
-    per_layer = (full - other) / L
-    for name, sched in schedules.items():
-        r = rows[name]
-        m = r["layers_per_token"]
-        r["theoretical_speedup"] = L / m
-        r["measured_speedup"] = full / (r["decode_ms_per_step"] / 1000)
-        r["ideal_speedup"] = full / (other + m * per_layer)
-        r["efficiency"] = r["measured_speedup"] / r["ideal_speedup"]
-        r["schedule"] = sched.describe()
-    if with_transformers:
-        hf = rows["transformers-generate"]
-        hf["measured_speedup"] = full / (hf["decode_ms_per_step"] / 1000)
-        rows["skipdecode-full"]["full_vs_transformers"] = (
-            hf["decode_ms_per_step"] / rows["skipdecode-full"]["decode_ms_per_step"]
-        )
-
     return {
         "shape": shape,
         "num_layers": L,
@@ -143,16 +174,76 @@ def bench_decode(
         "dtype": str(dtype).replace("torch.", ""),
         "device": _device_name(dev),
         "threads": torch.get_num_threads(),
+        "limits": None if limits is None else limits.as_dict(),
         "cost_split": {
             "full_step_ms": 1000 * full,
             "non_layer_ms": 1000 * other,
             "head_ms": 1000 * split["head_s"],
-            "per_layer_ms": 1000 * per_layer,
+            "per_layer_ms": 1000 * (full - other) / L,
             "non_layer_fraction": other / full,
+            "head_fraction": min(split["head_s"], full) / full,
             "overhead_fraction": max(other - split["head_s"], 0.0) / full,
         },
         "variants": rows,
+        "cost_split_compiled": None
+        if "-compiled" not in splits
+        else {
+            "non_layer_ms": 1000 * splits["-compiled"]["non_layer_s"],
+            "head_ms": 1000 * splits["-compiled"]["head_s"],
+        },
     }
+
+
+def _derive_speedups(
+    rows: dict[str, dict[str, Any]],
+    schedules: dict[str, StaticSchedule],
+    splits: dict[str, dict[str, float]],
+    L: int,
+    with_transformers: bool,
+) -> None:
+    """Each schedule's theoretical, measured and ideal speedup over the full schedule of its
+    own path (eager over eager, compiled over compiled), the ideal from that path's own cost
+    split, and the speedup over the optimized peer. A measured speedup above the theoretical
+    one is flagged."""
+    for suffix, split in splits.items():
+        full = rows[f"skipdecode-full{suffix}"]["decode_ms_per_step"] / 1000
+        other = min(split["non_layer_s"], full)
+        per_layer = (full - other) / L
+        for name, sched in schedules.items():
+            r = rows[name + suffix]
+            m = r["layers_per_token"]
+            r["theoretical_speedup"] = L / m
+            r["measured_speedup"] = full / (r["decode_ms_per_step"] / 1000)
+            r["ideal_speedup"] = full / (other + m * per_layer)
+            r["efficiency"] = r["measured_speedup"] / r["ideal_speedup"]
+            r["schedule"] = sched.describe()
+            if r["measured_speedup"] > r["theoretical_speedup"] * 1.02:
+                r["flag"] = "measured above theoretical"
+    if not with_transformers:
+        return
+    for peer in ("transformers-generate", "transformers-generate-compiled"):
+        if peer not in rows:
+            continue
+        t = rows[peer]["decode_ms_per_step"]
+        for r in rows.values():
+            r[f"speedup_vs_{peer.replace('-', '_')}"] = t / r["decode_ms_per_step"]
+
+
+def flag_batches(cells: list[dict[str, Any]]) -> None:
+    """Flag a variant whose ms per step at some batch exceeds its ms per step at a larger
+    batch of the same shape (a smaller batch should never be slower per step)."""
+    by_shape: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        by_shape.setdefault(c["shape"], []).append(c)
+    for group in by_shape.values():
+        group.sort(key=lambda c: c["batch_size"])
+        for i, small in enumerate(group):
+            for big in group[i + 1 :]:
+                for name, r in small["variants"].items():
+                    other = big["variants"].get(name)
+                    if other and r["decode_ms_per_step"] > other["decode_ms_per_step"]:
+                        note = f"slower per step than batch {big['batch_size']}"
+                        r["flag"] = "; ".join(x for x in (r.get("flag"), note) if x)
 
 
 def bench_train(
@@ -235,6 +326,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--speedups", nargs="+", type=int, default=list(SPEEDUPS))
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="add transformers' compiled generate (static cache) and the compiled skipdecode "
+        "path for every schedule (compile time reported apart)",
+    )
+    p.add_argument(
+        "--no-floor", action="store_true", help="skip measuring the device's bandwidth and peak"
+    )
     add_run_options(p, name=None)
     args = p.parse_args(argv)
     for s in args.shapes:
@@ -245,6 +345,9 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
 
     dtype = getattr(torch, args.dtype)
+    limits = None
+    if args.mode == "decode" and not args.no_floor:
+        limits = measure_device(torch.device(args.device), dtype)
     cells = []
     for shape in args.shapes:
         if args.mode == "decode":
@@ -261,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
                     dtype,
                     args.device,
                     model=model,
+                    compile=args.compile,
+                    limits=limits,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)
@@ -276,6 +381,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 cells.append(cell)
                 print(train_table([cell]), flush=True)
+    if args.mode == "decode":
+        flag_batches(cells)
     table = decode_table(cells) if args.mode == "decode" else train_table(cells)
     stem = args.name or f"{args.mode}-{args.device}"
     write_bench(args.out, stem, {"mode": args.mode, "args": vars(args), "cells": cells}, table)

@@ -45,35 +45,52 @@ def write_bench(out: Path, stem: str, payload: dict[str, Any], table: str) -> No
 
 
 def decode_table(cells: list[dict[str, Any]]) -> str:
+    """Per variant: ms per decode step (median [quartiles]), the multiple of its hardware floor,
+    speedups (theoretical, measured and ideal over the full schedule of its own path; over
+    transformers' compiled ``generate`` when timed), compile seconds and flags; then the cost
+    split of a full step."""
     head = (
-        "| shape | batch | variant | prefill ms | decode ms/step | tok/s | theor. | measured | "
-        "ideal | efficiency |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "| shape | batch | variant | prefill ms | decode ms/step [IQR] | x floor | tok/s | "
+        "theor. | measured | ideal | efficiency | vs compiled generate | compile s | flag |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for c in cells:
         for name, r in c["variants"].items():
 
             def f(key, fmt="{:.2f}", r=r):
-                return fmt.format(r[key]) if key in r else ""
+                return fmt.format(r[key]) if r.get(key) is not None else ""
 
+            iqr = (
+                f"[{r['decode_ms_q1']:.2f}, {r['decode_ms_q3']:.2f}]" if "decode_ms_q1" in r else ""
+            )
             lines.append(
                 f"| {c['shape']} | {c['batch_size']} | {name} | {f('prefill_ms', '{:.1f}')} | "
-                f"{f('decode_ms_per_step')} | {f('tokens_per_s', '{:.1f}')} | "
-                f"{f('theoretical_speedup')} | {f('measured_speedup')} | {f('ideal_speedup')} | "
-                f"{f('efficiency')} |"
+                f"{f('decode_ms_per_step')} {iqr} | {f('floor_multiple', '{:.1f}')} | "
+                f"{f('tokens_per_s', '{:.1f}')} | {f('theoretical_speedup')} | "
+                f"{f('measured_speedup')} | {f('ideal_speedup')} | {f('efficiency')} | "
+                f"{f('speedup_vs_transformers_generate_compiled')} | {f('compile_s', '{:.1f}')} | "
+                f"{r.get('flag', '')} |"
             )
     split = [
         "",
         "| shape | batch | full step ms | outside layers ms | LM head ms | outside layers % | "
-        "overhead (excl. head) % |",
-        "|---|---|---|---|---|---|---|",
+        "overhead (excl. head) % | compiled: outside layers / head ms | floor (full) ms | "
+        "bandwidth GB/s | peak TFLOP/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         s = c["cost_split"]
+        lim = c.get("limits") or {}
+        full = c["variants"]["skipdecode-full"]
+        comp = c.get("cost_split_compiled")
         split.append(
             f"| {c['shape']} | {c['batch_size']} | {s['full_step_ms']:.2f} | "
             f"{s['non_layer_ms']:.2f} | {s['head_ms']:.2f} | "
-            f"{100 * s['non_layer_fraction']:.1f} | {100 * s['overhead_fraction']:.1f} |"
+            f"{100 * s['non_layer_fraction']:.1f} | {100 * s['overhead_fraction']:.1f} | "
+            + (f"{comp['non_layer_ms']:.2f} / {comp['head_ms']:.2f} | " if comp else " | ")
+            + (f"{full['floor_ms']:.2f} | " if "floor_ms" in full else " | ")
+            + (f"{lim['bandwidth_gb_s']:.1f} | {lim['peak_tflops']:.2f} |" if lim else " |  |")
         )
     return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"
 

@@ -46,9 +46,19 @@ def identity_hash(ident: Mapping[str, Any]) -> str:
     return _config_hash(ident, 12)
 
 
+#: Evaluation settings added after results were published: at these values they are left out of
+#: the hash, so a published evaluation keeps its id (any other value is a new evaluation).
+_LATER_EVAL_DEFAULTS: dict[str, Any] = {"compile": False}
+
+
 def eval_identity(ev: Mapping[str, Any]) -> str:
     """The 8-hex-digit hash of an evaluation config (the ``eval`` group)."""
-    return _config_hash({"eval": ev}, 8)
+    kept = {
+        k: v
+        for k, v in ev.items()
+        if not (k in _LATER_EVAL_DEFAULTS and v == _LATER_EVAL_DEFAULTS[k])
+    }
+    return _config_hash({"eval": kept}, 8)
 
 
 def _config_hash(config: Mapping[str, Any], digits: int) -> str:

@@ -1,0 +1,210 @@
+"""The compiled decode path: one compiled layer step, replayed for every active layer.
+
+Why one layer step and not one graph per plan: a SkipDecode plan is a set of active layers, and
+a linear decay over a 30-layer model passes through up to ~25 distinct sets; a graph per set
+would compile each (tens of seconds apiece on a CPU) and the adaptive methods choose sets at run
+time. Decoder layers of one family share their structure, and ``torch.compile`` inlines
+``nn.Module`` calls with the parameters as graph inputs, so a single compiled function serves
+every layer (a family with several layer kinds, such as Gemma 3's sliding and global layers, gets
+one graph per kind) and any plan replays it layer by layer. The head (final norm, LM head, logit
+scale or soft-cap) is a second compiled function.
+
+Static shapes: the layer writes its key and value in place into the preallocated cache at a
+*tensor* position (``index_copy_``), and attends over the whole capacity with an additive mask
+that hides the columns not written yet. Shapes then depend only on the batch and the capacity;
+capacities are rounded up to a bucket (:data:`CAPACITY_BUCKET`), and each (batch, capacity) gets
+its own static graph (``dynamic=False``: on a CPU the dynamic-shape graphs ran slower than the
+eager path at batch 32). An evaluation's batches share one size but the last, so it compiles a
+few graphs. Per-layer lengths and the gap check stay in Python, outside the graph.
+
+Small-batch matrix products: a linear layer computes ``x @ W.T`` with ``x`` of ``B`` rows; for
+the few rows of a decode step the CPU's GEMM is much slower with the weight as the transposed
+right operand than as the left one (the SmolLM2 head at batch 8: 23 ms against 9 ms for
+``(W @ x.T).T``, the same arithmetic). A post-grad pass (:class:`WeightLeftMatmul`) rewrites
+every ``mm(x, W.T)`` with at most :data:`LEFT_WEIGHT_ROWS` rows in the compiled graphs that way.
+
+Exactness: the compiled step computes the same operations (inductor may fuse and reorder
+floating-point arithmetic); masked columns contribute exactly zero to the softmax. The tests
+require greedy tokens identical to the eager path and to transformers' ``generate`` and logits
+within 1e-4 in float32. CALM, whose tokens exit at different depths and which drives the layers
+itself, stays on the eager path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+from .adapters import DecoderAdapter
+from .cache import StaticKVCache
+
+_aten = torch.ops.aten
+
+__all__ = ["CAPACITY_BUCKET", "COMPILE_MODES", "CompiledLayers", "bucketed_capacity"]
+
+CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+RECOMPILE_LIMIT = 64
+LEFT_WEIGHT_ROWS = 64  # mm(x, W.T) with at most this many rows becomes (W @ x.T).T
+
+
+class WeightLeftMatmul(CustomGraphPass):
+    """Inductor post-grad pass: ``mm(x, permute(W, [1, 0]))`` (and ``addmm(b, x, W.T)``) with
+    at most :data:`LEFT_WEIGHT_ROWS` static rows becomes ``permute(mm(W, x.T), [1, 0])`` (+ b):
+    the same products and sums, with the weight as the GEMM's left operand."""
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.kwargs:
+                continue
+            if node.target is _aten.mm.default:
+                (x, wt), bias = node.args, None
+            elif node.target is _aten.addmm.default and len(node.args) == 3:
+                bias, x, wt = node.args
+            else:
+                continue
+            if not (
+                isinstance(wt, torch.fx.Node)
+                and wt.target is _aten.permute.default
+                and list(wt.args[1]) == [1, 0]
+            ):
+                continue
+            rows = getattr(x.meta.get("val"), "shape", (None,))[0]
+            if not isinstance(rows, int) or rows > LEFT_WEIGHT_ROWS:
+                continue
+            with graph.inserting_before(node):
+                xt = graph.call_function(_aten.permute.default, (x, [1, 0]))
+                product = graph.call_function(_aten.mm.default, (wt.args[0], xt))
+                out = graph.call_function(_aten.permute.default, (product, [1, 0]))
+                if bias is not None:
+                    out = graph.call_function(_aten.add.Tensor, (out, bias))
+            node.replace_all_uses_with(out)
+            graph.erase_node(node)
+
+    def uuid(self) -> bytes:
+        return get_hash_for_files((__file__,))
+
+
+def bucketed_capacity(capacity: int) -> int:
+    """``capacity`` rounded up to a multiple of :data:`CAPACITY_BUCKET`."""
+    return -(-max(capacity, 1) // CAPACITY_BUCKET) * CAPACITY_BUCKET
+
+
+class _CacheSlot:
+    """What a layer sees as its cache inside the compiled step: it writes the pass's keys and
+    values at ``position`` of this layer's buffers and returns the whole buffers."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, position: torch.Tensor):
+        self.keys, self.values, self.position = keys, values, position
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
+        self.keys.index_copy_(2, self.position, key)
+        self.values.index_copy_(2, self.position, value)
+        return self.keys, self.values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+
+def _layer_step(
+    layer: nn.Module,
+    hidden: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    position: torch.Tensor,
+    mask: torch.Tensor,
+    kwargs: dict[str, Any],
+    cache_kwarg: str,
+) -> torch.Tensor:
+    """One decoder layer over ``hidden`` ``(B, T, D)``, writing its KV at ``position`` ``(T,)``."""
+    call = {**kwargs, cache_kwarg: _CacheSlot(keys, values, position), "use_cache": True}
+    out = layer(hidden, attention_mask=mask, **call)
+    return out[0] if isinstance(out, tuple) else out
+
+
+class CompiledLayers:
+    """The compiled layer step and head of one model (built once per decoder, reused by every
+    ``generate`` call); ``compile_seconds`` adds up the calls that compiled."""
+
+    def __init__(self, adapter: DecoderAdapter, mode: str = "default"):
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"compile mode {mode!r} is not allowed: choose one of {COMPILE_MODES}")
+        self.adapter = adapter
+        self.mode = mode
+        # Dynamo keeps compiled graphs per code object: every model in a process (each layer
+        # kind, batch and capacity) adds entries to _layer_step's, and past the limit it would
+        # silently run eager. A process that decodes several models needs more than 8.
+        limit = torch._dynamo.config.recompile_limit
+        torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
+        # torch.compile takes a mode or options: the mode's own options, plus the pass
+        from torch._inductor import list_mode_options
+
+        options = {**list_mode_options(mode), "post_grad_custom_post_pass": WeightLeftMatmul()}
+        self._layer = torch.compile(_layer_step, dynamic=False, options=options)
+        self._head = torch.compile(adapter.head, dynamic=False, options=options)
+        self._modules = list(adapter.layers)
+        self._kinds = [adapter.layer_kind(i) for i in range(adapter.num_layers)]
+        self._seen: set[tuple] = set()
+        self.compile_seconds = 0.0
+
+    def _first(self, key: tuple, fn, *args):
+        """The first call for ``key`` (a layer kind or the head, and the shapes): it compiles,
+        and its time goes to ``compile_seconds`` (the compile dominates it), never to decoding.
+        Later calls with the same key run without this bookkeeping."""
+        start = time.perf_counter()
+        out = fn(*args)
+        if out.is_cuda:
+            torch.cuda.synchronize(out.device)
+        self.compile_seconds += time.perf_counter() - start
+        self._seen.add(key)
+        return out
+
+    def run(
+        self,
+        hidden: torch.Tensor,
+        kwargs: dict[str, Any],
+        layers: Sequence[int],
+        cache: StaticKVCache,
+        cache_position: int,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """``hidden`` ``(B, T, D)`` through ``layers`` (bottom to top), each writing ``T`` cache
+        columns from ``cache_position`` in place, then the head: logits ``(B, T, V)``.
+        ``mask``: ``(B, 1, T, capacity)`` additive, unwritten columns hidden."""
+        B, T, _ = hidden.shape
+        position = torch.arange(cache_position, cache_position + T, device=hidden.device)
+        adapter, step, seen = self.adapter, self._layer, self._seen
+        shape = (B, T, cache.capacity)
+        for i in layers:
+            keys, values = cache.claim(i, T)
+            args = (
+                self._modules[i],
+                hidden,
+                keys,
+                values,
+                position,
+                mask,
+                adapter._layer_call_kwargs(i, kwargs),
+                adapter._cache_kwarg,
+            )
+            key = (self._kinds[i], shape)
+            hidden = step(*args) if key in seen else self._first(key, step, *args)
+        return self.head(hidden)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The compiled head (final norm, LM head): logits ``(B, T, V)``."""
+        key = ("head", *hidden.shape)
+        return self._head(hidden) if key in self._seen else self._first(key, self._head, hidden)
+
+
+def future_mask(base: torch.Tensor, column: int) -> torch.Tensor:
+    """``base`` ``(B, 1, 1, capacity)`` with the columns after ``column`` hidden too: the mask
+    of a one-token pass that writes at ``column`` and attends over the whole capacity."""
+    capacity = base.shape[-1]
+    written = torch.arange(capacity, device=base.device) <= column
+    return torch.where(written, base, torch.finfo(base.dtype).min)
