@@ -43,6 +43,7 @@ from .inputs import (
     resolve_schedule,
 )
 from .metrics import compute_all
+from .metrics.outputs import output_statistics
 from .record import (
     GENERATIONS_FILE,
     RECORD_FILE,
@@ -112,7 +113,9 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     tokenizer = lm.tokenizer
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    decoder = SkipDecoder(lm.model, tokenizer, cache=ev.get("cache", "static"))
+    decoder = SkipDecoder(
+        lm.model, tokenizer, cache=ev.get("cache", "static"), compile=ev.get("compile") or False
+    )
     expected, expected_source = lm.meta.get("expected_length"), "skipdecode.json"
     if not expected:  # never from the split being scored: the held-out validation split
         held_out = load_examples(settings, "validation", EXPECTED_LENGTH_SOURCES)
@@ -258,12 +261,29 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     metric_wall = time.perf_counter() - t1
     speed = speed_record(run, baseline)
 
+    rows = [
+        {
+            "index": i,
+            "input": ex.source,
+            "prompt": s.task.prompt(ex.source),
+            "references": list(ex.references),
+            "output": outputs[i],
+            "generated_tokens": run.token_counts[i],
+            "ended": run.ended[i],
+            "scores": {name: values[i] for name, values in per_input.items()},
+        }
+        for i, ex in enumerate(s.examples)
+    ]
+    bleu_settings = (quality.get("bleu") or {}).get("settings") or {}
+    output_stats = output_statistics(rows, bleu_settings, int(gen["max_new_tokens"]))
+
     model = s.lm.model
     record: dict[str, Any] = {
         "kind": RECORD_KIND,
         "version": RECORD_VERSION,
         "status": "ok",
-        "summary": summarize(quality, speed),
+        "summary": {**summarize(quality, speed), **output_stats},
+        "outputs": output_stats,
         "quality": quality,
         "speed": speed,
         "model": {
@@ -293,6 +313,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         "generation": {
             **gen,
             "cache": ev.get("cache", "static"),
+            "compile": ev.get("compile") or False,
             "baseline": baseline,
             "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
             "repeats": run.repeats,
@@ -304,17 +325,6 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         "provenance": eval_provenance(seed, str(next(model.parameters()).device)),
         "files": {"generations": GENERATIONS_FILE},
     }
-    rows = [
-        {
-            "index": i,
-            "input": ex.source,
-            "prompt": s.task.prompt(ex.source),
-            "references": list(ex.references),
-            "output": outputs[i],
-            "scores": {name: values[i] for name, values in per_input.items()},
-        }
-        for i, ex in enumerate(s.examples)
-    ]
     write_jsonl_atomic(out_dir / GENERATIONS_FILE, rows)
     write_json_atomic(out_dir / RECORD_FILE, record)
     log.info("record: %s", out_dir / RECORD_FILE)

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..core.costs import ideal_speedup, step_cost_split
 from ..core.engine import SkipDecoder
+from ..core.prompts import special_ids
 from ..core.stats import GenerationStats, SpeculationCounts
 from ..data.collate import left_pad
 from ..progress import progress
@@ -75,6 +76,8 @@ class SpeedTotals:
     lengths: list[int] | None = None
     passes: int = 0  # forward passes after the prefill (draft + verify when speculative)
     speculation: SpeculationCounts | None = None
+    compiled: bool = False  # decode passes ran the compiled path (core.compiled)
+    compile_s: float = 0.0  # time its first calls compiled, kept out of decode_s
 
     def add(self, stats: GenerationStats) -> None:
         tokens = stats.token_count
@@ -89,6 +92,8 @@ class SpeedTotals:
         self.tokens += stats.tokens_generated
         self.prefill_s += stats.prefill_seconds
         self.decode_s += stats.decode_seconds
+        self.compiled = self.compiled or stats.compiled
+        self.compile_s += stats.compile_seconds
         self.lengths = (self.lengths or []) + list(stats.generated_lengths)
 
     def summary(self) -> dict[str, Any]:
@@ -113,6 +118,8 @@ class SpeedTotals:
             "decode_ms_per_step": 1000.0 * self.decode_s / max(1, self.steps),
             "tokens_per_second": self.tokens / total if total > 0 else float("nan"),
             "speculation": None if self.speculation is None else self.speculation.as_dict(),
+            "compiled": self.compiled,
+            "compile_seconds_outside_decode": self.compile_s,
         }
 
 
@@ -132,6 +139,9 @@ class GenerationRun:
     # per batch, per repeat: decode and prefill seconds of the schedule and of the baseline
     times: list[dict[str, list[float]]] = field(default_factory=list)
     cost_split: dict[str, float] | None = None  # measured on the first batch (see core.costs)
+    # per input: generated tokens (EOS included) and whether the row ended at EOS
+    token_counts: list[int] = field(default_factory=list)
+    ended: list[bool] = field(default_factory=list)
 
 
 def generate_all(
@@ -186,6 +196,8 @@ def generate_all(
                     **kwargs,
                 )
     run = GenerationRun(texts, main, base, repeats)
+    run.token_counts, run.ended = [0] * len(prompt_ids), [False] * len(prompt_ids)
+    eos_ids = set(special_ids(decoder.model, decoder.tokenizer, None, None)[0])
     for b, index in progress(enumerate(batches), "generating", total=len(batches)):
         ids, mask = left_pad([prompt_ids[i] for i in index], pad_id)
         times: dict[str, list[float]] = {
@@ -215,6 +227,12 @@ def generate_all(
                         main.add(out.stats)
                         for i, text in zip(index, out.texts, strict=True):
                             texts[i] = text.strip()
+                        rows = out.generated_ids.tolist()
+                        for i, n, ids_ in zip(
+                            index, out.stats.generated_lengths, rows, strict=True
+                        ):
+                            run.token_counts[i] = int(n)
+                            run.ended[i] = n > 0 and ids_[n - 1] in eos_ids
                         steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
                         times["passes"] = [float(out.stats.decode_steps)]
                 elif baseline is not None and b in timed:

@@ -7,12 +7,14 @@ Built from the cells' ``generations.jsonl`` files, like the tables, so it is nev
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..io import write_text_atomic
-from .seeds import SEED_GROUP, cell_generations
+from .cell_outputs import cell_generations
+from .seeds import SEED_GROUP
 
 __all__ = ["SAMPLES_FILE", "format_samples", "write_samples"]
 
@@ -50,6 +52,7 @@ def format_samples(
         "",
         f"The first {len(indices)} evaluated inputs; per schedule, the output of its lowest "
         "seed's cell. Generated from the cells' generations.jsonl by the aggregate code.",
+        *_degeneracy(chosen),
     ]
     for index in indices:
         first = next(rows[index] for _, rows in chosen if index in rows)
@@ -63,6 +66,28 @@ def format_samples(
                 f"| {cell.get('schedule')} | {cell.get('method')} | {cell.get('seed')} | {text} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _degeneracy(chosen: list[tuple[Mapping[str, Any], dict[int, dict[str, Any]]]]) -> list[str]:
+    """Per schedule: distinct outputs, outputs that hit the token cap, and the output it writes
+    most often, with how many inputs got it (a collapsed model writes one sentence for many)."""
+    lines = [
+        "",
+        "## Repeated outputs",
+        "",
+        "| schedule | seed | distinct outputs | capped | most frequent output | inputs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for cell, rows in chosen:
+        outputs = [str(r.get("output", "")) for r in rows.values()]
+        top, count = Counter(outputs).most_common(1)[0]
+        capped = cell.get("capped_share")
+        lines.append(
+            f"| {cell.get('schedule')} | {cell.get('seed')} | {len(set(outputs))} / "
+            f"{len(outputs)} | {'' if capped is None else f'{capped:.1%}'} | "
+            f"{top.replace('|', chr(92) + '|').replace(chr(10), ' ')} | {count} |"
+        )
+    return lines
 
 
 def write_samples(

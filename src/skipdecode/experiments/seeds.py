@@ -2,11 +2,14 @@
 
 For every quality metric a row holds the mean over seeds and its 95% confidence interval
 (Student's t with ``n - 1`` degrees of freedom over the per-seed scores: training-seed variation),
-and the paired difference against the ``full`` schedule of the same model and dataset, from a
-paired bootstrap over the test inputs of the seeds both have
-(:func:`skipdecode.evaluation.metrics.bootstrap.paired_bootstrap`: test-set variation). Speedups,
-tokens/s and lengths are means over seeds. With one seed there is no seed interval; say so rather
-than read one into the numbers.
+and the paired difference against the ``full`` schedule of the same model and dataset, over the
+seeds both have (``delta_seeds``; each seed paired with the same seed of full), with two
+intervals: the two-level bootstrap over training seeds and test inputs
+(:func:`skipdecode.evaluation.metrics.bootstrap.paired_bootstrap`: seed and test-set variation),
+and the t-interval over the per-seed differences (seed variation; none with one seed). Speedups,
+tokens/s, lengths and the output statistics are means over seeds. With one seed there is no seed
+interval, and the bootstrap covers the test inputs only; say so rather than read one into the
+numbers.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
-from ..io import plain_or_gzipped, read_json_or_none, read_jsonl
+from ..evaluation.metrics.outputs import OUTPUT_STATS
+from .cell_outputs import cell_generations
 from .table import QUALITY, SPEEDS, num
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,13 @@ __all__ = ["SEED_GROUP", "cell_generations", "mean_ci95", "summarize_seeds"]
 
 #: The labels that make cells seeds of one results row.
 SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
-_MEANS = (*SPEEDS, "tokens_per_second", "mean_generated_length", "acceptance_rate")
+_MEANS = (
+    *SPEEDS,
+    "tokens_per_second",
+    "mean_generated_length",
+    "acceptance_rate",
+    *OUTPUT_STATS,
+)
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
@@ -42,20 +51,6 @@ def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None, floa
 
     half = float(t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / len(xs) ** 0.5
     return mean, mean - half, mean + half
-
-
-def cell_generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    """The cell's generation rows (input order) and its BLEU settings, or None if unreadable."""
-    record = read_json_or_none(cell.get("record") or "")
-    if not record:
-        return None
-    name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    path = plain_or_gzipped(Path(str(cell["record"])).parent / name)
-    if not path.is_file():
-        return None
-    rows = sorted(read_jsonl(path), key=lambda r: r.get("index", 0))
-    bleu = ((record.get("quality") or {}).get("bleu") or {}).get("settings") or {}
-    return rows, bleu
 
 
 def _paired(
@@ -92,6 +87,36 @@ def _paired(
     if not pairs or references is None:
         return None
     return paired_bootstrap(pairs, references, bleu_settings=settings, metrics=QUALITY)
+
+
+def _deltas(
+    cells: Sequence[Mapping[str, Any]], baselines: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Against ``full``, paired seed by seed (only the seeds both have): the two-level bootstrap
+    over seeds and test inputs (``<metric>_delta``, ``_delta_ci95_*``) and the per-seed
+    difference of the scores with its t-interval over seeds (``_delta_seed_ci95_*``)."""
+    by_seed = {str(b.get("seed")): b for b in baselines}
+    matched = [c for c in cells if str(c.get("seed")) in by_seed]
+    out: dict[str, Any] = {
+        "delta_seeds": " ".join(sorted(str(c.get("seed")) for c in matched)) or None
+    }
+    paired = _paired(matched, baselines)
+    for metric in QUALITY:
+        d = (paired or {}).get(metric)
+        if d:
+            out[f"{metric}_delta"] = d["delta"]
+            out[f"{metric}_delta_ci95_low"] = d["ci95_low"]
+            out[f"{metric}_delta_ci95_high"] = d["ci95_high"]
+        diffs = [
+            num(c.get(metric)) - num(by_seed[str(c.get("seed"))].get(metric))  # type: ignore[operator]
+            for c in matched
+            if num(c.get(metric)) is not None
+            and num(by_seed[str(c.get("seed"))].get(metric)) is not None
+        ]
+        _, low, high = mean_ci95(diffs)
+        out[f"{metric}_delta_seed_ci95_low"] = low
+        out[f"{metric}_delta_seed_ci95_high"] = high
+    return out
 
 
 def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -134,13 +159,7 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[key_] = mean_ci95([c.get(key_) for c in ok])[0]
         baselines = full.get((key[0], key[1])) or []
         if key[3] != "full" and baselines:
-            paired = _paired(ok, baselines)
-            for metric in QUALITY:
-                d = (paired or {}).get(metric)
-                if d:
-                    row[f"{metric}_delta"] = d["delta"]
-                    row[f"{metric}_delta_ci95_low"] = d["ci95_low"]
-                    row[f"{metric}_delta_ci95_high"] = d["ci95_high"]
+            row.update(_deltas(ok, baselines))
         results.append(row)
     return sorted(
         results,

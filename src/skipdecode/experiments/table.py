@@ -20,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..evaluation.metrics.outputs import OUTPUT_STATS
 from ..io import read_json_or_none, write_text_atomic
+from .cell_outputs import cell_output_stats
 
 __all__ = [
     "COLUMNS",
@@ -70,6 +72,7 @@ COLUMNS: tuple[str, ...] = (
     "tokens_per_second",
     "mean_generated_length",
     "acceptance_rate",
+    *OUTPUT_STATS,
     "job",
     "cell_id",
     "error",
@@ -85,10 +88,22 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "n_seeds",
     *SPEEDS,
     *(f"{m}_{part}" for m in QUALITY for part in ("mean", "ci95_low", "ci95_high")),
-    *(f"{m}_{part}" for m in QUALITY for part in ("delta", "delta_ci95_low", "delta_ci95_high")),
+    *(
+        f"{m}_{part}"
+        for m in QUALITY
+        for part in (
+            "delta",
+            "delta_ci95_low",
+            "delta_ci95_high",
+            "delta_seed_ci95_low",
+            "delta_seed_ci95_high",
+        )
+    ),
+    "delta_seeds",
     "tokens_per_second",
     "mean_generated_length",
     "acceptance_rate",
+    *OUTPUT_STATS,
     "seeds",
     "error",
 )
@@ -105,6 +120,13 @@ _MD_HEADERS = {
     "mean_generated_length": "mean len",
     "acceptance_rate": "accept",
     "n_seeds": "seeds",
+    "output_words": "words",
+    "length_ratio": "len ratio",
+    "bleu_bp": "BP",
+    "bleu_no_bp": "BLEU w/o BP",
+    "distinct_outputs": "distinct",
+    "capped_share": "capped",
+    "repeat_4gram": "rep. 4-grams",
 }
 _MD_SKIP = ("cell_id", "record")
 
@@ -143,6 +165,7 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
                 if key in summary:
                     row[key] = summary[key]
             row["record"] = str(cell.get("record"))
+            row.update(cell_output_stats(cell, record))
             if row["seed"] is None:  # cells written before the seed was a label
                 row["seed"] = (record.get("config") or {}).get("seed")
     if row["error"]:
@@ -208,7 +231,7 @@ def _fmt(key: str, value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        if key == "bleu" or key.startswith("tokens") or key.startswith("mean_"):
+        if key in ("bleu", "bleu_no_bp", "output_words") or key.startswith(("tokens", "mean_")):
             return f"{value:.2f}" if key != "tokens_per_second" else f"{value:.1f}"
         if "speedup" in key:
             return f"{value:.2f}x"
@@ -228,14 +251,17 @@ def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _interval(row: Mapping[str, Any], metric: str, kind: str) -> str:
-    """``mean [low, high]`` (kind ``mean``) or ``+delta [low, high]`` (kind ``delta``)."""
+    """``mean [low, high]`` (kind ``mean``), ``+delta [low, high]`` (kind ``delta``: the two-level
+    bootstrap) or ``+delta [low, high]`` with the t-interval over per-seed deltas (``seed``)."""
     stem = f"{metric}_mean" if kind == "mean" else f"{metric}_delta"
-    bounds = f"{metric}_ci95" if kind == "mean" else f"{metric}_delta_ci95"
+    bounds = {"mean": f"{metric}_ci95", "delta": f"{metric}_delta_ci95"}.get(
+        kind, f"{metric}_delta_seed_ci95"
+    )
     value = num(row.get(stem))
     if value is None:
         return ""
     low, high = num(row.get(f"{bounds}_low")), num(row.get(f"{bounds}_high"))
-    spec = ("+" if kind == "delta" else "") + (".2f" if metric == "bleu" else ".4f")
+    spec = ("+" if kind != "mean" else "") + (".2f" if metric == "bleu" else ".4f")
     text = format(value, spec)
     if low is not None and high is not None:
         text += f" [{format(low, spec)}, {format(high, spec)}]"
@@ -254,20 +280,31 @@ _RESULT_MD: tuple[tuple[str, str], ...] = (
     ("measured_speedup_decode", "measured (decode)"),
     ("measured_speedup_e2e", "measured (e2e)"),
     ("bleu", "BLEU [95% CI]"),
-    ("bleu_delta", "ΔBLEU vs full [95% CI]"),
+    ("bleu_delta", "ΔBLEU vs full [seeds x inputs CI]"),
+    ("bleu_delta_seed", "ΔBLEU [per-seed t CI]"),
+    ("delta_seeds", "paired seeds"),
     ("rougeL", "ROUGE-L [95% CI]"),
-    ("rougeL_delta", "ΔROUGE-L"),
+    ("rougeL_delta", "ΔROUGE-L [seeds x inputs CI]"),
     ("bertscore_f1", "BERT-F [95% CI]"),
-    ("bertscore_f1_delta", "ΔBERT-F"),
+    ("bertscore_f1_delta", "ΔBERT-F [seeds x inputs CI]"),
+    ("bertscore_f1_delta_seed", "ΔBERT-F [per-seed t CI]"),
+    ("length_ratio", "len ratio"),
+    ("bleu_bp", "BP"),
+    ("bleu_no_bp", "BLEU w/o BP"),
+    ("distinct_outputs", "distinct"),
+    ("capped_share", "capped"),
+    ("repeat_4gram", "rep. 4-grams"),
     ("acceptance_rate", "accept"),
     ("error", "error"),
 )
 
 
 def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The results table: quality as ``mean [95% CI]`` over seeds and ``delta [95% CI]`` of the
-    paired bootstrap against ``full``; speedups as means over seeds; the acceptance rate of
-    speculative schedules when the table has one."""
+    """The results table: quality as ``mean [95% CI]`` over seeds; the difference against
+    ``full`` over the paired seeds with the two-level (seeds x inputs) bootstrap interval and,
+    for BLEU and BERTScore, the t-interval over per-seed differences; speedups, length and
+    degeneracy as means over seeds; the acceptance rate of speculative schedules when the table
+    has one."""
     speculative = any(num(r.get("acceptance_rate")) is not None for r in rows)
     columns = [(k, v) for k, v in _RESULT_MD if speculative or k != "acceptance_rate"]
     lines = [
@@ -281,6 +318,8 @@ def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
                 cells.append(_interval(row, key, "mean"))
             elif key.endswith("_delta"):
                 cells.append(_interval(row, key[: -len("_delta")], "delta"))
+            elif key.endswith("_delta_seed"):
+                cells.append(_interval(row, key[: -len("_delta_seed")], "seed"))
             else:
                 cells.append(_fmt(key, row.get(key)))
         lines.append("| " + " | ".join(cells) + " |")

@@ -13,9 +13,12 @@ difference and the 2.5th / 97.5th percentiles of the drawn differences.
 - ROUGE-L and BERTScore F1 are means of per-input scores (as recorded in ``generations.jsonl``),
   so each draw is a mean of the drawn inputs' differences.
 
-With one seed this is the standard paired bootstrap; with several it also averages over the
-seeds' models, but its interval covers only the test-set sampling, not training-seed variation
-(the seed interval in the results table covers that).
+With one seed this is the standard paired bootstrap. With several, ``resample_seeds=True``
+(the default) makes it two-level: each draw also picks the training seeds with replacement
+(seed ``s`` of the system always paired with seed ``s`` of the baseline) and averages the drawn
+seeds' differences on the drawn inputs, so the interval covers training-seed variation as well
+as test-set sampling (seeds and inputs are crossed: every seed decoded the same inputs).
+``resample_seeds=False`` treats the trained models as fixed (test-set sampling only).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ def paired_bootstrap(
     metrics: Sequence[str] = ("bleu", "rougeL", "bertscore_f1"),
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
+    resample_seeds: bool = True,
 ) -> dict[str, Any]:
     """``{metric: {"delta", "ci95_low", "ci95_high"}}`` of system - baseline (see module doc),
     plus the settings. A per-input metric missing from any pair's scores is left out."""
@@ -91,12 +95,21 @@ def paired_bootstrap(
                 f"paired_bootstrap: pair {i} has {len(pair.system)} system and "
                 f"{len(pair.baseline)} baseline outputs for {n} inputs; they must match"
             )
-    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n))
+    S = len(pairs)
+    # (resamples, S): how often each seed is drawn; with fixed seeds, each once
+    if resample_seeds and S > 1:
+        drawn = rng.integers(0, S, size=(resamples, S))
+        weights = np.stack([np.bincount(d, minlength=S) for d in drawn]).astype(np.float64)
+    else:
+        weights = np.ones((resamples, S))
+    weights /= weights.sum(1, keepdims=True)
     out: dict[str, Any] = {}
     if "bleu" in metrics:
         settings = dict(bleu_settings or {})
-        observed, draws = 0.0, np.zeros(resamples)
-        for pair in pairs:
+        observed, per_seed = 0.0, np.zeros((resamples, S))
+        for s, pair in enumerate(pairs):
             metric, sys_stats = _bleu_stats(pair.system, refs, settings)
             _, base_stats = _bleu_stats(pair.baseline, refs, settings)
             observed += (
@@ -105,14 +118,12 @@ def paired_bootstrap(
             )
             sys_draws = sys_stats[idx].sum(1)  # (resamples, n_stats)
             base_draws = base_stats[idx].sum(1)
-            draws += np.array(
-                [
-                    metric._compute_score_from_stats(a.tolist()).score
-                    - metric._compute_score_from_stats(b.tolist()).score
-                    for a, b in zip(sys_draws, base_draws, strict=True)
-                ]
-            )
-        out["bleu"] = _interval(observed / len(pairs), draws / len(pairs))
+            per_seed[:, s] = [
+                metric._compute_score_from_stats(a.tolist()).score
+                - metric._compute_score_from_stats(b.tolist()).score
+                for a, b in zip(sys_draws, base_draws, strict=True)
+            ]
+        out["bleu"] = _interval(observed / S, (per_seed * weights).sum(1))
     for name in metrics:
         if name == "bleu":
             continue
@@ -124,17 +135,19 @@ def paired_bootstrap(
                 - np.asarray(p.baseline_scores[name], dtype=np.float64)
                 for p in pairs
             ]
-        ).mean(0)  # (n,): per input, mean over seeds
-        if diffs.shape != (n,):
+        )  # (S, n)
+        if diffs.shape != (S, n):
             raise MetricSettingError(
                 f"paired_bootstrap: per-input {name} scores must have {n} values"
             )
-        out[name] = _interval(float(diffs.mean()), diffs[idx].mean(1))
+        per_seed = diffs[:, idx].mean(2).T  # (resamples, S): each seed on each draw's inputs
+        out[name] = _interval(float(diffs.mean()), (per_seed * weights).sum(1))
     out["settings"] = {
         "resamples": resamples,
         "seed": seed,
         "pairs": len(pairs),
         "inputs": n,
+        "resample_seeds": bool(resample_seeds and S > 1),
         "interval": "2.5th-97.5th percentile of resampled differences",
         "bleu": "corpus BLEU recomputed from resampled sufficient statistics (sacrebleu)",
     }
