@@ -179,6 +179,7 @@ ALLOWED_KEYS: dict[str, set[str]] = {
         "device",
         "dtype",
         "cache",
+        "compile",
         "calibration",
         "speed",
         "metrics",
