@@ -217,15 +217,14 @@ class GenericAdapter(DecoderAdapter):
             "layer_type" in inspect.signature(self.rotary.forward).parameters
         )
         params = inspect.signature(self._layers[0].forward).parameters
-        if "past_key_values" in params:
-            self._cache_name = "past_key_values"
-        elif "layer_past" in params:
-            self._cache_name = "layer_past"
-        else:
+        # transformers 5.24 renamed past_key_values to cache (layer_past in some older families)
+        names = [n for n in ("cache", "past_key_values", "layer_past") if n in params]
+        if not names:
             raise UnsupportedModelError(
                 f"model_type={self.config.model_type!r}: its layers take no cache argument "
-                "(past_key_values or layer_past); the KV cache cannot be handed to them"
+                "(past_key_values, cache or layer_past); the KV cache cannot be handed to them"
             )
+        self._cache_name = names[0]
         self.window = _sliding_window(self.config, self.layer_types)
 
     @property
