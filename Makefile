@@ -102,9 +102,11 @@ reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(GEMMA3_SWEEPS) --publish results/e2e_gemma3
 
 # The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
-# seeds in one multirun, GPU_JOBS cells at a time on the one GPU.
-# 10 at once ran an 80 GB H100 out of memory in 20 of 51 cells (rerunning retries only those).
-GPU_JOBS ?= 6
+# seeds in one multirun, GPU_JOBS cells at a time on the one GPU: by default as many as the free
+# GPU memory holds at the largest peak a published cell measured (16 GiB where none has one yet;
+# a fixed 10 at once ran an 80 GB H100 out of memory in 20 of 51 cells). A rerun retries only the
+# failed cells.
+GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.gpu_memory --verbose results/e2e_smollm2_gpu outputs/sweep/e2e_smollm2_gpu)
 
 reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every schedule x 3 seeds -> results/e2e_smollm2_gpu
 	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells
@@ -112,7 +114,7 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 		experiment=e2e_smollm2_gpu sweep.name=e2e_smollm2_gpu sweep.keep_checkpoints=false \
 		hydra/launcher=joblib hydra.launcher.n_jobs=$(GPU_JOBS) seed=1,2,3 \
 		schedule=full,target_2x,target_3x,target_4x,target_5x,$(E2E_METHODS) $(ARGS)
-	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_gpu --publish results/e2e_smollm2_gpu
+	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_gpu --publish results/e2e_smollm2_gpu --update
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \

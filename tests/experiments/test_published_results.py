@@ -170,3 +170,33 @@ def test_a_restored_cell_republishes_with_its_curve_and_training_time(tmp_path):
     assert restore(first, cells_b) == []
     assert (restored_dir / VAL_CURVE).read_text() == curve
     assert json.loads((restored_dir / TRAIN_DONE).read_text())["seconds"] == 7.0
+
+
+def test_publish_update_keeps_published_cells_a_rerun_did_not_improve(tmp_path):
+    """A rerun that retries failed cells (numbered in another order, cut short) adds what it
+    finished and loses nothing: cells match by what they are, not by their job number."""
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    out = publish(sweep, tmp_path / "results" / "fake", aggregate)
+    before = {r["schedule"]: r["status"] for r in collect(out)}
+    assert before["skipdecode_2x_24l"] == "failed" and before["full"] == "ok"
+    rerun = tmp_path / "rerun"
+
+    def job(num, source, **change):
+        (rerun / str(num)).mkdir(parents=True)
+        cell = json.loads((sweep / str(source) / "cell.json").read_text()) | change
+        (rerun / str(num) / "cell.json").write_text(json.dumps(cell))
+
+    # the failed cell now finished (with target_4x's record), full failed this time, target_4x
+    # was interrupted, and a cell never published before finished
+    job(0, 3, status="ok", record=str(sweep / "cells" / "target_4x" / "eval" / "record.json"))
+    job(1, 0, status="failed", error="OutOfMemoryError: CUDA out of memory", record=None)
+    job(2, 2, status="running")
+    job(3, 1, schedule="target_3x", cell_id="id9")
+    out = publish(rerun, out, aggregate, update=True)
+    after = {r["schedule"]: (r["status"], r["job"]) for r in collect(out)}
+    assert after["skipdecode_2x_24l"] == ("ok", "3")  # replaced, under its published number
+    assert after["full"] == ("ok", "0")  # the published finished cell stays
+    assert after["target_4x"] == ("ok", "2")
+    assert after["target_3x"] == ("ok", "5")  # new: numbered after the published jobs
+    assert after["target_5x"] == ("interrupted", "4")  # interrupted again: replaces nothing
+    assert (out / "3" / "record.json").is_file()

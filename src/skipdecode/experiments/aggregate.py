@@ -153,6 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="copy the records into DIR (e.g. results/<name>) and aggregate them there",
     )
     parser.add_argument(
+        "--update",
+        action="store_true",
+        help="with --publish: keep what DIR already publishes and replace a job only by one "
+        "that finished (or whose published twin did not); for reruns that retry failed cells",
+    )
+    parser.add_argument(
         "--restore",
         metavar="DIR",
         help="put the evaluations published in DIR back into --cells-dir, so rerunning the "
@@ -173,7 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{len(args.sweep_dir)} sweep directories given: several only with --publish")
     sweep_dir = args.sweep_dir[0]
     if args.publish:
-        sweep_dir = str(publish(args.sweep_dir, args.publish, aggregate))
+        sweep_dir = str(publish(args.sweep_dir, args.publish, aggregate, update=args.update))
+    elif args.update:
+        parser.error("--update only with --publish")
     result = aggregate(sweep_dir, plots=not args.no_plots)
     print(Path(result["markdown"]).read_text())
     print(Path(result["cells_markdown"]).read_text())

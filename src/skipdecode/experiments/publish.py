@@ -49,9 +49,17 @@ def publish(
     sweep_dirs: str | Path | Sequence[str | Path],
     target: str | Path,
     rebuild: Callable[[Path], Any],
+    update: bool = False,
 ) -> Path:
     """Copy the sweeps' records into ``target`` and ``rebuild`` the tables there (the
-    aggregation: ``aggregate.aggregate``); returns ``target``."""
+    aggregation: ``aggregate.aggregate``); returns ``target``.
+
+    ``update``: start from what ``target`` already publishes (its jobs, their numbers and its
+    plan) and replace a published job only by the sweeps' job of the same cell (model,
+    dataset, schedule, seed) that finished (``ok``), or whose published twin did not; a cell not
+    published yet is added under a new number, and jobs the sweeps never reached keep their
+    published cells. A rerun that retries the failed cells and is cut short then adds what it
+    finished and loses nothing."""
     if isinstance(sweep_dirs, (str, Path)):
         sweep_dirs = [sweep_dirs]
     sweeps = [Path(d) for d in sweep_dirs]
@@ -64,15 +72,18 @@ def publish(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        plan: list[dict[str, Any]] = []
-        for d in sweeps:
-            prefix = f"{d.name}-" if merged else ""
-            for cell_file in cells[d]:
-                _copy_cell(cell_file, staging / f"{prefix}{cell_file.parent.name}")
-            for job in (read_json_or_none(d / PLAN_FILE) or {}).get("jobs", []):
-                plan.append({**job, "num": f"{prefix}{job.get('num')}"})
-        if plan:
-            write_json_atomic(staging / PLAN_FILE, {"jobs": plan})
+        if update and target.is_dir():
+            _update(target, [f for d in sweeps for f in cells[d]], staging)
+        else:
+            plan: list[dict[str, Any]] = []
+            for d in sweeps:
+                prefix = f"{d.name}-" if merged else ""
+                for cell_file in cells[d]:
+                    _copy_cell(cell_file, staging / f"{prefix}{cell_file.parent.name}")
+                for job in (read_json_or_none(d / PLAN_FILE) or {}).get("jobs", []):
+                    plan.append({**job, "num": f"{prefix}{job.get('num')}"})
+            if plan:
+                write_json_atomic(staging / PLAN_FILE, {"jobs": plan})
         rebuild(staging)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
@@ -86,6 +97,40 @@ def publish(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _cell_key(cell: dict[str, Any]) -> tuple | None:
+    """Which cell a job is, whatever its number in its multirun."""
+    if cell.get("schedule") is None:
+        return None
+    return tuple(cell.get(k) for k in ("model", "dataset", "schedule", "seed"))
+
+
+def _update(target: Path, cell_files: Sequence[Path], staging: Path) -> None:
+    """``staging``: ``target``'s jobs, each replaced by the new job of the same cell when that
+    one finished or the published one did not; new cells under numbers after the last."""
+    shutil.copytree(target, staging, dirs_exist_ok=True)
+    published: dict[tuple, Path] = {}
+    for job_cell in staging.glob(f"*/{CELL_FILE}"):
+        key = _cell_key(read_json_or_none(job_cell) or {})
+        if key is not None:
+            published[key] = job_cell.parent
+    numbers = [int(p.name) for p in staging.iterdir() if p.is_dir() and p.name.isdigit()]
+    next_number = max(numbers, default=-1) + 1
+    for cell_file in cell_files:
+        cell = read_json_or_none(cell_file) or {}
+        key = _cell_key(cell)
+        job_dir = published.get(key) if key is not None else None
+        if job_dir is None:
+            job_dir, next_number = staging / str(next_number), next_number + 1
+            if key is not None:
+                published[key] = job_dir
+        else:
+            old = (read_json_or_none(job_dir / CELL_FILE) or {}).get("status")
+            if cell.get("status") != "ok" and old == "ok":
+                continue
+            shutil.rmtree(job_dir)
+        _copy_cell(cell_file, job_dir)
 
 
 def _copy_cell(cell_file: Path, job_dir: Path) -> None:

@@ -38,6 +38,7 @@ from ..schedules import method_label
 from ..training.export import export_checkpoint
 from ..training.train import train
 from .aggregate import aggregate, log_wandb
+from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import IDENTITY_FILE, cell_identity, eval_identity
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
@@ -191,6 +192,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         "overrides": _task_overrides(),
     }
     t0 = time.perf_counter()
+    begin_cell()
     try:
         c = _resolved_without_paths_output(cfg)
         cell_id, ident = cell_identity(c)
@@ -239,6 +241,9 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         )
     finally:
         close_wandb()
+        peak = end_cell()
+        if peak is not None:
+            cell[PEAK_KEY] = peak
     cell["seconds"] = time.perf_counter() - t0
     cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_json_atomic(job_dir / CELL_FILE, cell)
