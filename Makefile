@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny reproduce-gpu compare bench bench-decode bench-compiled bench-speculative bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -146,6 +146,11 @@ bench-compiled: $(STAMP) ## CPU decode, smollm2-135m shape, batch 1/8/32: genera
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
 		--new-tokens 32 --repeats 5 --speedups 2 3 4 --compile --out results/bench \
 		--name decode-smollm2-cpu-compiled $(ARGS)
+
+bench-pays: $(STAMP) ## Where skipping pays: a step's cost split (layers vs head) and ideal vs measured speedups for the smollm2-135m, gemma3-270m and opt-1.3b shapes (CPU, fp32, batch 1/8) -> results/bench
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m gemma3-270m opt-1.3b --batch-sizes 1 8 \
+		--prompt-len 32 --new-tokens 16 --repeats 3 --speedups 2 3 4 --out results/bench \
+		--name where-skipping-pays-cpu $(ARGS)
 
 bench-gpu: $(STAMP) smollm2 ## GPU decode benchmark in bf16 (compiled path and peer, 10 repeats): smollm2-135m shape and the lossless mode, batch 1/8/32
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \

@@ -106,3 +106,36 @@ def test_restore_puts_a_cell_where_a_rerun_elsewhere_looks_for_it(tmp_path):
     assert written == cells / f"tiny__e2e__full__{rerun_id}" / "eval-1234" / "record.json"
     assert identity_hash(portable) == rerun_id
     assert json.loads((written.parents[1] / IDENTITY_FILE).read_text()) == portable
+
+
+def test_identity_records_the_real_model_sizes_outside_the_cell_id(tmp_path):
+    """identity.json says what the model is in numbers (read from its files for a pretrained
+    model, not the placeholder ``model.arch``); the cell id does not depend on that record."""
+    from skipdecode.experiments.identity import SIZES_KEY, without_sizes
+    from skipdecode.models.loading import model_sizes
+
+    cell_id, ident = cell_identity(_cfg(_data(tmp_path / "e2e")))
+    recorded = {**ident, SIZES_KEY: {"hidden_size": 576}}
+    assert identity_hash(recorded) == cell_id and without_sizes(recorded) == ident
+    random = {"source": "random", "arch": {"model_type": "opt", "hidden_size": 64}}
+    assert model_sizes({**random, "tokenizer": {"vocab_size": 512}}) == {
+        "model_type": "opt",
+        "hidden_size": 64,
+        "vocab_size": 512,
+    }
+    local = tmp_path / "model"
+    local.mkdir()
+    (local / "config.json").write_text(
+        json.dumps({"model_type": "llama", "hidden_size": 576, "vocab_size": 49152, "x": 1})
+    )
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(3, 4), "b": torch.zeros(5)}, str(local / "model.safetensors"))
+    sizes = model_sizes({"source": "local", "pretrained": str(local), "arch": {"hidden_size": 32}})
+    assert sizes == {
+        "model_type": "llama",
+        "hidden_size": 576,
+        "vocab_size": 49152,
+        "num_parameters": 17,
+    }

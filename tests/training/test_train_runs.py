@@ -89,21 +89,32 @@ def test_export_reloads_with_transformers_and_identical_logits(runs: dict) -> No
     assert type(module.model) is type(model)
 
 
-def test_resume_after_crash_ends_with_same_step_count(tmp_path: Path) -> None:
+def test_resumed_run_trains_the_model_an_uninterrupted_run_trains(tmp_path: Path) -> None:
+    """Crash after step 13 (last checkpoint at 12, mid-epoch: 19 batches an epoch), resume to
+    24 (across the epoch's end): the weights equal an uninterrupted run's, bit for bit. The
+    tiny model has dropout, so the random stream must continue too, not only the data order."""
     over = [
-        "trainer.max_steps=6",
-        "trainer.val_check_interval=3",
-        "callbacks.last_checkpoint.every_n_train_steps=2",
+        "trainer.max_steps=24",
+        "trainer.val_check_interval=6",
+        "callbacks.last_checkpoint.every_n_train_steps=6",
     ]
-    crash = ["+callbacks.crash._target_=train_utils.CrashAfter", "+callbacks.crash.step=5"]
+    crash = ["+callbacks.crash._target_=train_utils.CrashAfter", "+callbacks.crash.step=13"]
+    straight, _ = train(make_cfg(tmp_path / "straight", over))
     with pytest.raises(SimulatedCrash):
-        train(make_cfg(tmp_path, [*over, *crash]))
-    last = tmp_path / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["global_step"] == 4
-    metrics, objects = train(make_cfg(tmp_path, [*over, "ckpt_path=last"]))
-    assert metrics["global_step"] == 6
-    assert torch.load(last, weights_only=True)["global_step"] == 6
+        train(make_cfg(tmp_path / "resumed", [*over, *crash]))
+    last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 12
+    resumed, objects = train(make_cfg(tmp_path / "resumed", [*over, "ckpt_path=last"]))
+    assert resumed["global_step"] == straight["global_step"] == 24
     assert objects["export_dir"]
+    weights = [
+        torch.load(d / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for d in (tmp_path / "straight", tmp_path / "resumed")
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    for name in weights[0]:
+        assert torch.equal(weights[0][name], weights[1][name]), name
+    assert resumed["val/loss"] == straight["val/loss"]
 
 
 @pytest.mark.skipif(

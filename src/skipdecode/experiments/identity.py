@@ -25,6 +25,8 @@ __all__ = [
     "identity_hash",
     "portable_identity",
     "directory_fingerprint",
+    "SIZES_KEY",
+    "without_sizes",
 ]
 
 #: Config keys that define what is trained (everything else, e.g. paths, loggers, eval, does not).
@@ -33,6 +35,10 @@ IDENTITY_KEYS += ("scheduler", "loader", "module", "seed", "ckpt_path")
 #: The identity config, written beside the trained model and published with the cell.
 IDENTITY_FILE = "identity.json"
 _FINGERPRINT_PREFIX = "files-sha256:"
+#: identity.json also records what the model is in numbers (``models.loading.model_sizes``: its
+#: real hidden size, vocabulary, parameter count); a record, not part of the cell id (the model
+#: config already decides them).
+SIZES_KEY = "model_sizes"
 
 
 def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -43,7 +49,12 @@ def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def identity_hash(ident: Mapping[str, Any]) -> str:
     """The cell id of an identity config (:func:`portable_identity` of it)."""
-    return _config_hash(ident, 12)
+    return _config_hash(without_sizes(ident), 12)
+
+
+def without_sizes(ident: Mapping[str, Any]) -> dict[str, Any]:
+    """``ident`` without the recorded model sizes (:data:`SIZES_KEY`)."""
+    return {k: v for k, v in ident.items() if k != SIZES_KEY}
 
 
 #: Evaluation settings added after results were published: at these values they are left out of

@@ -17,7 +17,7 @@ __all__ = ["Shape", "SHAPES", "build_random_model"]
 
 @dataclass(frozen=True)
 class Shape:
-    family: str  # "opt" | "llama"
+    family: str  # "opt" | "llama" | "gemma3"
     config: dict[str, Any]
 
 
@@ -91,6 +91,29 @@ SHAPES: dict[str, Shape] = {
             rms_norm_eps=1e-5,
         ),
     ),
+    # Gemma 3 270M (conf/model/gemma3-270m.yaml): 18 layers (a global layer after every five
+    # sliding-window ones), one KV head, and a 262,144-token vocabulary: the head dominates
+    "gemma3-270m": Shape(
+        "gemma3",
+        dict(
+            hidden_size=640,
+            intermediate_size=2048,
+            num_hidden_layers=18,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            vocab_size=262144,
+            max_position_embeddings=32768,
+            sliding_window=512,
+            layer_types=[
+                "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)
+            ],
+            hidden_activation="gelu_pytorch_tanh",
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+        ),
+    ),
 }
 
 
@@ -108,6 +131,11 @@ def build_random_model(
             **{"vocab_size": 50272, "max_position_embeddings": 2048, "dropout": 0.0, **spec.config}
         )
         cls = OPTForCausalLM
+    elif spec.family == "gemma3":
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+        cfg = Gemma3TextConfig(**spec.config)
+        cls = Gemma3ForCausalLM
     else:
         cfg = LlamaConfig(**spec.config)
         cls = LlamaForCausalLM

@@ -34,12 +34,13 @@ from ..evaluation.evaluate import evaluate
 from ..evaluation.record import RECORD_FILE
 from ..io import read_json_or_none, write_json_atomic
 from ..locks import claim_dir
+from ..models.loading import model_sizes
 from ..schedules import method_label
 from ..training.export import export_checkpoint
 from ..training.train import train
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
-from .identity import IDENTITY_FILE, cell_identity, eval_identity
+from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity, eval_identity
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         # one process per cell at a time: a parallel cell with the same trained model (same
         # training config, another evaluation) waits, then reuses it
         with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
-            write_json_atomic(cell_dir / IDENTITY_FILE, ident)
+            write_json_atomic(cell_dir / IDENTITY_FILE, {**ident, SIZES_KEY: _sizes(c)})
             resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
             record = cell_dir / f"eval-{eval_identity(dict(c['eval']))}" / RECORD_FILE
             if reuse and read_json_or_none(record):
@@ -252,6 +253,15 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
     except Exception as e:
         log.warning("could not update the sweep table: %s", e)
     return cell
+
+
+def _sizes(c: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The model's real sizes for identity.json (None where they cannot be read here)."""
+    try:
+        return model_sizes(c["model"])
+    except Exception as e:  # noqa: BLE001 - a record, never a reason for the cell to fail
+        log.warning("could not read the model's sizes: %s", e)
+        return None
 
 
 def _resolved_without_paths_output(cfg: DictConfig) -> dict[str, Any]:

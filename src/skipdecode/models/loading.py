@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ __all__ = [
     "num_layers_of",
     "load_pretrained_dir",
     "EXPORT_META_FILE",
+    "model_sizes",
 ]
 
 log = logging.getLogger(__name__)
@@ -248,3 +250,46 @@ def load_pretrained_dir(
     meta_file = path / EXPORT_META_FILE
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     return model, tokenizer, meta
+
+
+#: The architecture numbers :func:`model_sizes` reports (those a config.json has).
+SIZE_KEYS = (
+    "model_type",
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "tie_word_embeddings",
+)
+
+
+def model_sizes(cfg: Mapping) -> dict[str, Any] | None:
+    """What the model of ``cfg`` is, in numbers, read from where its weights come from: the
+    ``config.json`` (and the parameter count from the safetensors headers) of a local or asset
+    directory, or ``model.arch`` for a model built from its config. None for a hub model that
+    is not on this machine. Reading needs no weights loaded."""
+    source = _source(cfg)
+    if source in ("scratch", "random"):
+        arch = dict(cfg.get("arch") or {})
+        sizes = {k: arch[k] for k in SIZE_KEYS if k in arch}
+        vocab = (cfg.get("tokenizer") or {}).get("vocab_size")
+        return {**sizes, "vocab_size": vocab} if vocab else sizes
+    path = Path(pretrained_path(cfg))
+    if not (path / "config.json").is_file():
+        return None
+    config = json.loads((path / "config.json").read_text())
+    config = config.get("text_config") or config
+    sizes = {k: config[k] for k in SIZE_KEYS if k in config}
+    weights = sorted(path.glob("*.safetensors"))
+    if weights:
+        from safetensors import safe_open
+
+        count = 0
+        for file in weights:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    count += math.prod(f.get_slice(name).get_shape())
+        sizes["num_parameters"] = count
+    return sizes

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, Sampler
 
 from ..data import (
     DataConfigError,
@@ -20,6 +21,7 @@ from ..data import (
     load_split,
     median_target_length,
 )
+from .resumable import ResumableSampler, order_state
 
 __all__ = ["load_examples", "SkipDataModule", "dataset_settings"]
 
@@ -96,6 +98,8 @@ class SkipDataModule(pl.LightningDataModule):
         self.val_set: list[EncodedExample] | None = None
         self.reports: dict[str, TruncationReport] = {}
         self.expected_length: int | None = None
+        self._sampler: ResumableSampler | None = None
+        self._resume_order: dict[str, Any] | None = None
 
     def _encode(self, examples: list[Example], split: str) -> list[EncodedExample]:
         max_source = self.cfg.get("max_source_tokens") or self.task.max_source_tokens
@@ -144,20 +148,53 @@ class SkipDataModule(pl.LightningDataModule):
     def truncation_summary(self) -> dict[str, dict[str, Any]]:
         return {split: report.as_dict() for split, report in self.reports.items()}
 
-    def _loader(self, data: list[EncodedExample], batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(
+        self, data: list[EncodedExample], batch_size: int, sampler: Sampler | None = None
+    ) -> DataLoader:
         return DataLoader(
             data,  # type: ignore[arg-type]  # a list is a map-style dataset
             batch_size=batch_size,
-            shuffle=shuffle,
+            sampler=sampler,
             collate_fn=TrainCollator(self.tokenizer),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            # worker seeds from the loader's own generator: iterating never consumes the global
+            # random stream (see training.resumable)
+            generator=torch.Generator().manual_seed(torch.initial_seed()),
         )
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
-        return self._loader(self.train_set, self.batch_size, shuffle=True)
+        self._sampler = ResumableSampler(len(self.train_set))
+        resume = self._resume_order
+        if resume and resume.get("seed") is not None:
+            if resume["size"] != len(self.train_set):
+                log.warning(
+                    "resuming with %d training examples where the checkpoint had %d: the "
+                    "epoch's order cannot be continued, a new one starts",
+                    len(self.train_set),
+                    resume["size"],
+                )
+            elif resume["trained"] < len(self.train_set):  # else the epoch ended: a fresh one
+                self._sampler.resume(resume["seed"], resume["trained"])
+        self._resume_order = None
+        return self._loader(self.train_set, self.batch_size, self._sampler)
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None
-        return self._loader(self.val_set, self.eval_batch_size, shuffle=False)
+        return self._loader(self.val_set, self.eval_batch_size)
+
+    # Lightning keeps these in the checkpoint and hands them back on resume (before the loaders
+    # are built): the epoch's order and how far training got in it.
+    def state_dict(self) -> dict[str, Any]:
+        if self._sampler is None or self.trainer is None:
+            return {}
+        loop = self.trainer.fit_loop.epoch_loop
+        return {
+            "order": order_state(
+                self._sampler, loop.batch_progress.current.processed, self.batch_size
+            )
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resume_order = dict(state_dict.get("order") or {}) or None

@@ -37,10 +37,12 @@ from ..models.loading import (
 )
 from ..schedules import FullSchedule, Schedule, ScheduleError, StaticSchedule, build_schedule
 from ..schedules.base import plan_loss_sums
+from .resumable import capture_rng, draw_like_a_loader, restore_rng
 
 __all__ = ["SkipDecodeLitModule", "CKPT_KEY"]
 
 CKPT_KEY = "skipdecode"
+RNG_KEY = "skipdecode_rng"  # the global generators' states when the checkpoint was written
 
 
 def _tokenizer_files(tokenizer: Any) -> dict[str, str]:
@@ -110,6 +112,7 @@ class SkipDecodeLitModule(pl.LightningModule):
         self.start_metrics: dict[str, float] = {}
         self.speed: dict[str, float] = {}
         self._t_last: float | None = None
+        self._rng_to_restore: dict[str, Any] | None = None  # from a checkpoint, on resume
         self._timed = {"steps": 0, "seconds": 0.0, "tokens": 0}
 
     # ------------------------------------------------------------------ setup
@@ -142,6 +145,9 @@ class SkipDecodeLitModule(pl.LightningModule):
     # ------------------------------------------------------------------ training
     def on_train_start(self) -> None:
         self.model.train()  # transformers models come in eval mode; Lightning restores modes
+        if self._rng_to_restore is not None:  # resumed: the stream the killed run had
+            restore_rng(self._rng_to_restore)
+            self._rng_to_restore = None
         run_config = getattr(self, "run_config", None)
         for logger in self.loggers:  # log_* are rank-zero-only
             if run_config:
@@ -209,6 +215,11 @@ class SkipDecodeLitModule(pl.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums = {suffix: [] for suffix in self._val_schedules()}
+        if self.trainer.sanity_checking and self._rng_to_restore is None:
+            # The validation loader no longer draws its worker seed from the global stream;
+            # the check before training still takes that one draw, so that a run's data order
+            # is the one it had before validation stopped consuming random numbers.
+            draw_like_a_loader()
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         for suffix, schedule in self._val_schedules().items():
@@ -271,8 +282,10 @@ class SkipDecodeLitModule(pl.LightningModule):
             "metrics": {**self.start_metrics, **metrics},
             "global_step": int(self.global_step) if self._trainer is not None else 0,
         }
+        checkpoint[RNG_KEY] = capture_rng()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get(RNG_KEY)
         files = (checkpoint.get(CKPT_KEY) or {}).get("tokenizer_files")
         if self.tokenizer is None and files:
             self.tokenizer = tokenizer_from_files(files)

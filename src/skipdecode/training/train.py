@@ -27,6 +27,7 @@ from ..data import get_or_train_tokenizer, get_task
 from ..io import write_json_atomic
 from ..locks import claim_dir
 from ..models.loading import load_pretrained_tokenizer, needs_trained_tokenizer
+from .checkpoints import AtomicCheckpointIO, resume_step
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
 from .loggers import ResumableCSVLogger
@@ -137,13 +138,15 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     loggers = instantiate_loggers(cfg.get("logger"))
     ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
     if ckpt is not None:  # keep the interrupted run's metrics history
-        resume_step = int(
-            torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)["global_step"]
-        )
+        step = resume_step(ckpt)
         for lg in loggers:
             if isinstance(lg, ResumableCSVLogger):
-                lg.keep_history(before_step=resume_step)
-    trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+                lg.keep_history(before_step=step)
+    # checkpoints are written whole or not at all (training.checkpoints)
+    plugins = [*(instantiate(cfg.trainer.get("plugins")) or []), AtomicCheckpointIO()]
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=plugins
+    )
     if trainer.is_global_zero:
         write_json_atomic(output_dir / "run_info.json", run_info)
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)

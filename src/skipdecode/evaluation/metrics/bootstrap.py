@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .bleu_stats import bleu_statistics
 from .references import MetricSettingError, normalize_references
 
 __all__ = ["SystemPair", "paired_bootstrap", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED"]
@@ -46,24 +47,6 @@ class SystemPair:
     baseline: list[str]
     system_scores: Mapping[str, Sequence[float]]
     baseline_scores: Mapping[str, Sequence[float]]
-
-
-def _bleu_stats(
-    hypotheses: list[str], references: list[list[str]], settings: Mapping[str, Any]
-) -> tuple[Any, np.ndarray]:
-    from sacrebleu.metrics import BLEU
-
-    metric = BLEU(
-        tokenize=settings.get("tokenize", "13a"),
-        lowercase=bool(settings.get("lowercase", False)),
-        smooth_method=settings.get("smooth_method", "exp"),
-        smooth_value=settings.get("smooth_value"),
-        effective_order=bool(settings.get("effective_order", False)),
-    )
-    n_streams = max(len(r) for r in references)
-    streams = [[r[k] if k < len(r) else None for r in references] for k in range(n_streams)]
-    stats = metric._extract_corpus_statistics(hypotheses, streams)  # as sacrebleu's own test
-    return metric, np.asarray(stats, dtype=np.float64)
 
 
 def _interval(observed: float, draws: np.ndarray) -> dict[str, float]:
@@ -110,8 +93,8 @@ def paired_bootstrap(
         settings = dict(bleu_settings or {})
         observed, per_seed = 0.0, np.zeros((resamples, S))
         for s, pair in enumerate(pairs):
-            metric, sys_stats = _bleu_stats(pair.system, refs, settings)
-            _, base_stats = _bleu_stats(pair.baseline, refs, settings)
+            metric, sys_stats = bleu_statistics(pair.system, refs, settings)
+            _, base_stats = bleu_statistics(pair.baseline, refs, settings)
             observed += (
                 metric._compute_score_from_stats(sys_stats.sum(0).tolist()).score
                 - metric._compute_score_from_stats(base_stats.sum(0).tolist()).score

@@ -20,6 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .bleu_stats import bleu_statistics
+
 __all__ = ["OUTPUT_STATS", "output_statistics"]
 
 OUTPUT_STATS = (
@@ -37,18 +39,8 @@ def _bleu_lengths(
     outputs: Sequence[str], references: Sequence[Sequence[str]], settings: Mapping[str, Any]
 ) -> tuple[float, float, float]:
     """(BLEU, hypothesis length, effective reference length) as sacrebleu computes them."""
-    from sacrebleu.metrics import BLEU
-
-    metric = BLEU(
-        tokenize=settings.get("tokenize", "13a"),
-        lowercase=bool(settings.get("lowercase", False)),
-        smooth_method=settings.get("smooth_method", "exp"),
-        smooth_value=settings.get("smooth_value"),
-        effective_order=bool(settings.get("effective_order", False)),
-    )
-    n_streams = max(len(r) for r in references)
-    streams = [[r[k] if k < len(r) else None for r in references] for k in range(n_streams)]
-    score = metric.corpus_score(list(outputs), streams)
+    metric, stats = bleu_statistics(list(outputs), [list(r) for r in references], settings)
+    score = metric._compute_score_from_stats(stats.sum(0).tolist())
     return score.score, float(score.sys_len), float(score.ref_len)
 
 
