@@ -66,8 +66,9 @@ def test_adaptive_draft_length_and_both_caches_stay_exact(cache):
             ids, speculative(k=4, threshold=threshold), N, mask, stop_at_eos=False
         )
         assert torch.equal(out.generated_ids, full.generated_ids), threshold
-        if threshold == 0.5:  # a random model is never that sure: nothing proposed
-            assert out.stats.speculation.drafted == 0
+        if threshold == 0.5:  # a random model is never that sure: one proposal per round,
+            c = out.stats.speculation  # the token its paid draft pass made, kept for the verify
+            assert 0 < c.drafted <= c.row_rounds and c.draft_passes <= c.rounds
 
 
 def test_cache_after_every_round_holds_the_full_models_keys_and_values():

@@ -16,6 +16,7 @@ from skipdecode.experiments.identity import (
     identity_hash,
     without_sizes,
 )
+from skipdecode.experiments.matched import format_matched, matched_rows
 from skipdecode.experiments.publish import publish, restore
 from skipdecode.experiments.samples import format_samples
 from skipdecode.experiments.seeds import summarize_seeds
@@ -36,6 +37,10 @@ def test_committed_tables_are_rebuilt_from_committed_records(published):
     results = summarize_seeds(rows)
     assert (published / "results.md").read_text() == format_results_markdown(results)
     assert (published / "samples.md").read_text() == format_samples(rows, results)
+    matched = published / "matched.md"  # written where some method reaches a common speedup
+    assert (matched.read_text() if matched.is_file() else None) == format_matched(
+        matched_rows(rows)
+    )
 
 
 WITH_IDENTITIES = [p for p in PUBLISHED if any(p.glob(f"*/{IDENTITY_FILE}"))]

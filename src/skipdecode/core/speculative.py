@@ -287,11 +287,12 @@ def _round(
         else:
             d = logits.argmax(-1)
             confidence = logits.float().softmax(-1).max(-1).values if spec.threshold else None
+        proposed += proposing.long()  # this pass's token is proposed: its pass was paid
+        # a row stops after proposing EOS, a token drafted with less confidence than the
+        # threshold (kept: the verify pass may accept it), or the tokens it still needs
+        proposing = proposing & ~torch.isin(d, state.eos) & (proposed < remaining - 1)
         if spec.threshold is not None and confidence is not None:
             proposing = proposing & (confidence >= spec.threshold)
-        proposed += proposing.long()
-        # a row stops after proposing EOS or reaching the tokens it still needs
-        proposing = proposing & ~torch.isin(d, state.eos) & (proposed < remaining - 1)
         drafts.append(d)
         current = d
     m = int(proposed.max()) if drafts else 0

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .matched import write_matched
 from .plots import plot_sweep
 from .publish import publish, restore
 from .samples import write_samples
@@ -36,6 +37,7 @@ def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
     results = summarize_seeds(rows)
     paths = write_tables(rows, results, sweep_dir)
     samples = write_samples(rows, results, sweep_dir)
+    matched = write_matched(rows, sweep_dir)
     pngs: list[Path] = []
     if plots:
         try:
@@ -50,6 +52,7 @@ def aggregate(sweep_dir: str | Path, plots: bool = True) -> dict[str, Any]:
         "results": results,
         **paths,
         "samples": samples,
+        "matched": matched,
         "plots": pngs,
         "counts": counts,
     }

@@ -6,7 +6,8 @@ The output is the full model's, token for token when greedy and in distribution 
     name: speculative
     draft: {name: target, target_speedup: 2}   # any static schedule but the full model
     k: 4                                       # proposals per round (at most)
-    threshold: null                            # or a probability: stop proposing below it
+    threshold: null                            # or a probability: stop proposing after a
+                                               # token drafted below it (that one is kept)
     recipe: joint                              # training: joint | full | draft
     draft_weight: 1.0                          # joint: loss = full-plan + draft_weight * draft
 
