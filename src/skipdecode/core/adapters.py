@@ -80,7 +80,20 @@ class DecoderAdapter:
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm / projections and the LM head: logits ``(B, T, V)``."""
+        return self.head_logits(self.head_input(hidden), self.lm_head.weight, self.lm_head.bias)
+
+    def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What the LM head multiplies: hidden states after the final norm (and projection)."""
         raise NotImplementedError
+
+    @property
+    def lm_head(self) -> nn.Module:
+        raise NotImplementedError  # the output projection: ``weight`` (V, D), ``bias``
+
+    def head_logits(self, inputs: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+        """Logits of ``inputs`` against rows of ``weight`` (all of the head's, or a subset's:
+        ``core.subset_head``), with the family's logit scaling and soft-capping."""
+        return torch.nn.functional.linear(inputs, weight, bias)
 
     def layer_kwargs(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> dict[str, Any]:
         """Extra per-call keyword arguments for every layer (shared across layers)."""
@@ -96,8 +109,11 @@ class DecoderAdapter:
         return str(types[layer_idx]) if types else "layer"
 
     @property
-    def _cache_kwarg(self) -> str:
-        return "past_key_values"
+    def _cache_kwarg(self) -> str:  # transformers 5.24 renamed past_key_values to cache
+        if "_cache_kwarg_found" not in self.__dict__:  # once: the signature does not change
+            params = inspect.signature(self.layers[0].forward).parameters
+            self._cache_kwarg_found = "cache" if "cache" in params else "past_key_values"
+        return self._cache_kwarg_found
 
     # -- common -----------------------------------------------------------------------------
     @property
@@ -270,8 +286,15 @@ class GenericAdapter(DecoderAdapter):
             return {**kwargs, "position_embeddings": emb[self.layer_types[layer_idx]]}
         return kwargs
 
-    def head(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = getattr(self.model, self.family.head)(getattr(self.base, self.family.norm)(hidden))
+    def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        return getattr(self.base, self.family.norm)(hidden)
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return getattr(self.model, self.family.head)
+
+    def head_logits(self, inputs: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+        logits = torch.nn.functional.linear(inputs, weight, bias)
         if self.family.logit_divisor:
             logits = logits / getattr(self.config, self.family.logit_divisor)
         cap = (
@@ -314,13 +337,17 @@ class OPTAdapter(DecoderAdapter):
         positions = d.embed_positions(None, 0, position_ids=position_ids)
         return tokens + positions.to(tokens.dtype)
 
-    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+    def head_input(self, hidden: torch.Tensor) -> torch.Tensor:
         d = self.decoder
         if d.final_layer_norm is not None:
             hidden = d.final_layer_norm(hidden)
         if d.project_out is not None:
             hidden = d.project_out(hidden)
-        return self.model.lm_head(hidden)
+        return hidden
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.model.lm_head
 
 
 def get_adapter(model: nn.Module, verify_unknown: bool = True) -> DecoderAdapter:

@@ -43,6 +43,7 @@ from .masks import block_attention_mask
 from .sampling import SamplingConfig, probabilities, select_next
 from .stats import GenerationOutput, GenerationStats, SpeculationCounts
 from .step import Speculation
+from .subset_head import SubsetHead
 
 
 class SkipDecoder(Protocol):
@@ -131,6 +132,7 @@ def speculative_generate(
     counts = SpeculationCounts()
     result = SpeculativeResult(out, [], [], counts, 0.0, 0.0)
     cache = decoder.new_cache(B, P + N + spec.k + 1)
+    subset = None if spec.draft_vocab is None else SubsetHead(decoder.adapter, spec.draft_vocab)
 
     t0 = now(device)
     logits = decoder.prefill(input_ids, attention_mask, cache, maskless=False)
@@ -168,6 +170,7 @@ def speculative_generate(
             generator,
             result,
             limit,
+            subset,
         )
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
             n_new = int(state.new_counts[r])
@@ -253,8 +256,10 @@ def _round(
     generator: torch.Generator | None,
     result: SpeculativeResult,
     limit: int,
+    subset: SubsetHead | None = None,
 ) -> int:
-    """One draft-and-verify round over the live rows; returns the next round's first column."""
+    """One draft-and-verify round over the live rows; returns the next round's first column.
+    ``subset``: the draft passes score only these tokens (the verify pass scores all)."""
     n = len(state.rows)
     device = state.token.device
     L = decoder.num_layers
@@ -272,21 +277,24 @@ def _round(
             break
         layers = spec.draft.active_layers(g_min + j)
         logits = _pass(
-            decoder, cache, state, current[:, None], pos0[:, None] + j, column + j, layers, limit
-        )
+            decoder, cache, state, current[:, None], pos0[:, None] + j, column + j, layers, limit,
+            subset,
+        )  # fmt: skip
         result.budgets.append(len(layers))
         result.live_rows.append(n)
         result.verify_passes.append(False)
         result.counts.draft_passes += 1
-        logits = logits[:, 0]
+        logits = logits[:, 0]  # (n, V), or (n, N) over the draft vocabulary
         if sampling.do_sample:
             q = probabilities(logits, sampling)
             d = torch.multinomial(q, 1, generator=generator).squeeze(-1)
-            q_dists.append(q)
             confidence = q.max(-1).values
+            q_dists.append(q if subset is None else subset.scatter(q))
         else:
             d = logits.argmax(-1)
             confidence = logits.float().softmax(-1).max(-1).values if spec.threshold else None
+        if subset is not None:
+            d = subset.tokens(d)
         proposed += proposing.long()  # this pass's token is proposed: its pass was paid
         # a row stops after proposing EOS, a token drafted with less confidence than the
         # threshold (kept: the verify pass may accept it), or the tokens it still needs
@@ -345,10 +353,11 @@ def _pass(
     column: int,
     layers: Sequence[int],
     limit: int,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``tokens`` ``(n, T)`` at ``positions`` through ``layers``, writing cache columns
-    ``column ..``; logits ``(n, T, V)``. Positions past the model's limit (inputs no row will
-    use) are clamped."""
+    ``column ..``; logits ``(n, T, V)`` (``head``: another head, e.g. a vocabulary subset's).
+    Positions past the model's limit (inputs no row will use) are clamped."""
     adapter = decoder.adapter
     positions = positions.clamp(max=limit)
     hidden = adapter.embed(tokens, positions)
@@ -357,4 +366,4 @@ def _pass(
     cache.begin(column)
     for layer_idx in layers:
         hidden = adapter.run_layer(layer_idx, hidden, mask, kwargs, cache)
-    return adapter.head(hidden)
+    return (head or adapter.head)(hidden)

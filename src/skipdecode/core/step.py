@@ -107,12 +107,15 @@ class PositionPlan(Protocol):
 
 @dataclass(frozen=True)
 class Speculation:
-    """A draft plan (its layers per generation step), the draft length ``k`` and the optional
-    confidence ``threshold`` under which a row stops drafting."""
+    """A draft plan (its layers per generation step), the draft length ``k``, the optional
+    confidence ``threshold`` under which a row stops drafting, and the optional vocabulary
+    subset the draft passes score."""
 
     draft: PositionPlan
     k: int
     threshold: float | None = None
+    # token ids the draft passes score (core.subset_head); None: the whole vocabulary
+    draft_vocab: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:

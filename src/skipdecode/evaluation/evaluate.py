@@ -37,6 +37,7 @@ from .inputs import (
     LoadedModel,
     calibrate,
     dataset_settings,
+    draft_vocabulary,
     encode_prompts,
     load_examples,
     load_model,
@@ -124,6 +125,9 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     schedule, origin = resolve_schedule(
         c.get("schedule"), lm.meta, decoder.num_layers, int(expected)
     )
+    size = getattr(schedule, "draft_vocab_size", None)
+    if size and getattr(schedule, "draft_vocab", None) is None:  # lossless mode, subset head
+        schedule = schedule.with_draft_vocab(draft_vocabulary(settings, tokenizer, size))
 
     gen = dict(ev["generation"])
     if gen.get("max_new_tokens") is None:

@@ -184,6 +184,18 @@ def load_examples(settings: Mapping[str, Any], split: str, limit: int | None) ->
     return grouped
 
 
+def draft_vocabulary(settings: Mapping[str, Any], tokenizer: Any, size: int) -> list[int]:
+    """The lossless mode's draft vocabulary: the ``size`` token ids most frequent in the
+    *training* targets (EOS first), never in the split being scored."""
+    from ..core.subset_head import frequency_ranked_vocab
+
+    kwargs = {k: v for k, v in settings.items() if k not in ("name", "max_source_tokens")}
+    train = load_split(settings["name"], "train", **kwargs)
+    targets = [tokenizer(ex.target, add_special_tokens=False)["input_ids"] for ex in train]
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return frequency_ranked_vocab(targets, size, always=eos)
+
+
 def encode_prompts(
     tokenizer: Any, task: Any, sources: Sequence[str], max_source_tokens: int
 ) -> tuple[list[list[int]], int]:

@@ -10,6 +10,8 @@ The output is the full model's, token for token when greedy and in distribution 
                                                # token drafted below it (that one is kept)
     recipe: joint                              # training: joint | full | draft
     draft_weight: 1.0                          # joint: loss = full-plan + draft_weight * draft
+    draft_vocab: null                          # or N: drafts score only the N tokens most
+                                               # frequent in the training targets (exact still)
 
 Training. A model fine-tuned only under its skip plan degrades with all layers, and the full
 model is the verifier. ``recipe: joint`` trains both paths on every batch (the mean target-token
@@ -20,13 +22,20 @@ SkipDecode itself trains). Validation loss is the full plan's: it is what the ou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..core.step import Speculation
-from .base import Schedule, ScheduleRun, StaticSchedule, plan_loss_sums, require
+from .base import (
+    Schedule,
+    ScheduleError,
+    ScheduleRun,
+    StaticSchedule,
+    plan_loss_sums,
+    require,
+)
 from .baselines import FullSchedule
 from .registry import build_schedule, register
 
@@ -52,6 +61,7 @@ class SpeculativeSchedule(Schedule):
         threshold: float | None = None,
         recipe: str = "joint",
         draft_weight: float = 1.0,
+        draft_vocab: int | Sequence[int] | None = None,
     ):
         super().__init__(draft.num_layers)
         require(
@@ -73,7 +83,19 @@ class SpeculativeSchedule(Schedule):
             draft_weight,
             "a number >= 0",
         )
-        self._speculation = Speculation(draft, k, threshold)  # checks k and threshold
+        ids = None
+        if draft_vocab is not None and not isinstance(draft_vocab, int):
+            ids = [int(t) for t in draft_vocab]
+        size = len(ids) if ids is not None else draft_vocab
+        require(
+            size is None or (not isinstance(size, bool) and isinstance(size, int) and size >= 1),
+            "draft_vocab",
+            draft_vocab,
+            "null, a number of tokens >= 1, or a list of token ids",
+        )
+        self.draft_vocab_size: int | None = size
+        self.draft_vocab: list[int] | None = ids
+        self._speculation = Speculation(draft, k, threshold, ids)  # checks k and threshold
         self.draft = draft
         self.k = k
         self.threshold = threshold
@@ -84,7 +106,20 @@ class SpeculativeSchedule(Schedule):
         raise TypeError("a speculative schedule decodes through SkipDecoder.generate only")
 
     def speculation(self) -> Speculation:
+        if self.draft_vocab_size is not None and self.draft_vocab is None:
+            raise ScheduleError(
+                f"schedule.draft_vocab={self.draft_vocab_size} names a size; the token ids come "
+                "from the training targets (an evaluation ranks them), or pass "
+                "schedule.with_draft_vocab(ids) to SkipDecoder.generate"
+            )
         return self._speculation
+
+    def with_draft_vocab(self, ids: Sequence[int]) -> SpeculativeSchedule:
+        """This schedule, drafting over the token ``ids`` (e.g. :func:`~skipdecode.core.
+        subset_head.frequency_ranked_vocab` of the training targets)."""
+        return SpeculativeSchedule(
+            self.draft, self.k, self.threshold, self.recipe, self.draft_weight, list(ids)
+        )
 
     def loss_sums(
         self,
@@ -112,6 +147,7 @@ class SpeculativeSchedule(Schedule):
             "threshold": self.threshold,
             "recipe": self.recipe,
             "draft_weight": self.draft_weight,
+            **({"draft_vocab": self.draft_vocab_size} if self.draft_vocab_size else {}),
         }
 
 
@@ -146,4 +182,5 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedu
         threshold=None if threshold is None else float(threshold),
         recipe=str(cfg.get("recipe", "joint")),
         draft_weight=cfg.get("draft_weight", 1.0),
+        draft_vocab=cfg.get("draft_vocab"),
     )
