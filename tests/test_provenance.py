@@ -33,7 +33,8 @@ def test_provenance_fields():
         assert name in prov["packages"]
     assert prov["packages"]["torch"] == torch.__version__
     assert prov["python"]["version"] == platform.python_version()
-    assert set(prov["git"]) == {"commit", "dirty", "branch", "root"}
+    extra = {"diff", "diff_sha256"} if prov["git"]["dirty"] else set()
+    assert set(prov["git"]) == {"commit", "dirty", "branch", "root"} | extra
     dev = prov["device"]
     assert dev["torch_threads"] == torch.get_num_threads()
     assert dev["cuda_available"] == torch.cuda.is_available()

@@ -6,6 +6,7 @@ Recorded in every evaluation record and benchmark result.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata as md
 import os
 import platform
@@ -17,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "provenance"]
+
+#: A dirty checkout's diff is kept whole in the record up to this size (else its sha256 only).
+MAX_DIFF_CHARS = 200_000
 
 #: Distribution names whose versions go into every record (None when not installed).
 PROVENANCE_PACKAGES: tuple[str, ...] = (
@@ -70,12 +74,17 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     if root is None:
         return {"commit": None, "dirty": None, "branch": None, "root": None}
     status = _git(["status", "--porcelain", "--untracked-files=no"], Path(root))
-    return {
+    info = {
         "commit": _git(["rev-parse", "HEAD"], Path(root)),
         "dirty": None if status is None else bool(status),
         "branch": _git(["symbolic-ref", "--short", "-q", "HEAD"], Path(root)),
         "root": root,
     }
+    if info["dirty"]:  # what the run had on top of the commit (tracked files)
+        diff = _git(["diff", "HEAD"], Path(root)) or ""
+        info["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
+        info["diff"] = diff if len(diff) <= MAX_DIFF_CHARS else None  # too large: hash only
+    return info
 
 
 def _cpu_model() -> str | None:

@@ -210,3 +210,40 @@ def test_publish_update_keeps_published_cells_a_rerun_did_not_improve(tmp_path):
     assert after["target_3x"] == ("ok", "5")  # new: numbered after the published jobs
     assert after["target_5x"] == ("interrupted", "4")  # interrupted again: replaces nothing
     assert (out / "3" / "record.json").is_file()
+
+
+def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path):
+    from skipdecode.experiments.publish import RESTORED, PublishError
+
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    record = Path(json.loads((sweep / "1" / "cell.json").read_text())["record"])
+    data = json.loads(record.read_text())
+    data["provenance"]["git"] |= {"dirty": True, "diff": "+x = 1\n", "diff_sha256": "ab"}
+    record.write_text(json.dumps(data))
+    target = tmp_path / "results" / "fake"
+    with pytest.raises(PublishError, match=r"1 cell\(s\) .*sweep/1.*--allow-dirty"):
+        publish(sweep, target, aggregate)
+    assert not target.exists() and not list(target.parent.glob(".fake.*"))  # nothing half-made
+    out = publish(sweep, target, aggregate, allow_dirty=True)
+    kept = json.loads((out / "1" / "record.json").read_text())["provenance"]["git"]
+    assert kept["diff"] == "+x = 1\n"  # the published record says what the run had
+    (record.parent / RESTORED).write_text("{}")  # put back from a publication: not news
+    publish(sweep, target, aggregate)
+
+
+def test_provenance_keeps_the_diff_of_a_dirty_checkout(tmp_path):
+    import subprocess
+
+    from skipdecode.provenance import provenance
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    (repo / "f.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "f.py"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], cwd=repo, check=True)
+    assert "diff" not in provenance(repo)["git"]
+    (repo / "f.py").write_text("x = 2\n")
+    info = provenance(repo)["git"]
+    assert info["dirty"] and "+x = 2" in info["diff"] and len(info["diff_sha256"]) == 64

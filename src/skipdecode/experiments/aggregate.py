@@ -162,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "that finished (or whose published twin did not); for reruns that retry failed cells",
     )
     parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="with --publish: accept cells evaluated from a checkout with uncommitted changes "
+        "(their records keep the diff)",
+    )
+    parser.add_argument(
         "--restore",
         metavar="DIR",
         help="put the evaluations published in DIR back into --cells-dir, so rerunning the "
@@ -182,9 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{len(args.sweep_dir)} sweep directories given: several only with --publish")
     sweep_dir = args.sweep_dir[0]
     if args.publish:
-        sweep_dir = str(publish(args.sweep_dir, args.publish, aggregate, update=args.update))
-    elif args.update:
-        parser.error("--update only with --publish")
+        sweep_dir = str(
+            publish(
+                args.sweep_dir,
+                args.publish,
+                aggregate,
+                update=args.update,
+                allow_dirty=args.allow_dirty,
+            )
+        )
+    elif args.update or args.allow_dirty:
+        parser.error("--update and --allow-dirty only with --publish")
     result = aggregate(sweep_dir, plots=not args.no_plots)
     print(Path(result["markdown"]).read_text())
     print(Path(result["cells_markdown"]).read_text())

@@ -37,12 +37,14 @@ from ..io import read_json_or_none, write_json_atomic, write_text_atomic
 from .identity import IDENTITY_FILE, identity_hash, portable_identity
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
-__all__ = ["publish", "restore"]
+__all__ = ["PublishError", "publish", "restore"]
 
 RECORD = "record.json"
 GENERATIONS = "generations.jsonl"
 GZIPPED = GENERATIONS + ".gz"
 VAL_CURVE = "val_loss.csv"
+#: beside a record put back by ``restore``: published before, so publishing it again is no news
+RESTORED = "restored.json"
 
 
 def publish(
@@ -50,6 +52,7 @@ def publish(
     target: str | Path,
     rebuild: Callable[[Path], Any],
     update: bool = False,
+    allow_dirty: bool = False,
 ) -> Path:
     """Copy the sweeps' records into ``target`` and ``rebuild`` the tables there (the
     aggregation: ``aggregate.aggregate``); returns ``target``.
@@ -59,7 +62,12 @@ def publish(
     dataset, schedule, seed) that finished (``ok``), or whose published twin did not; a cell not
     published yet is added under a new number, and jobs the sweeps never reached keep their
     published cells. A rerun that retries the failed cells and is cut short then adds what it
-    finished and loses nothing."""
+    finished and loses nothing.
+
+    A cell evaluated from a checkout with uncommitted changes (its record's
+    ``provenance.git.dirty``) is refused, naming the cells, unless ``allow_dirty``; its record
+    then carries the diff it ran with (``provenance.git.diff``). Records put back by
+    :func:`restore` were published before and are not checked again."""
     if isinstance(sweep_dirs, (str, Path)):
         sweep_dirs = [sweep_dirs]
     sweeps = [Path(d) for d in sweep_dirs]
@@ -69,6 +77,15 @@ def publish(
     for d, found in cells.items():
         if not found:
             raise FileNotFoundError(f"{str(d)!r} holds no {CELL_FILE}: nothing to publish")
+    dirty = [f for found in cells.values() for f in found if _from_dirty_tree(f)]
+    if dirty and not allow_dirty:
+        names = ", ".join(f"{f.parent.parent.name}/{f.parent.name}" for f in dirty[:8])
+        more = f" and {len(dirty) - 8} more" if len(dirty) > 8 else ""
+        raise PublishError(
+            f"{len(dirty)} cell(s) were evaluated from a checkout with uncommitted changes "
+            f"({names}{more}): commit and rerun them, or publish with --allow-dirty (their "
+            "records keep the diff they ran with)"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -97,6 +114,20 @@ def publish(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+class PublishError(RuntimeError):
+    """A sweep that cannot be published as asked."""
+
+
+def _from_dirty_tree(cell_file: Path) -> bool:
+    """Whether the job's finished cell was evaluated from a dirty checkout (and not restored)."""
+    cell = read_json_or_none(cell_file) or {}
+    record = Path(str(cell.get("record") or ""))
+    if cell.get("status") != "ok" or not record.is_file() or (record.parent / RESTORED).is_file():
+        return False
+    git = ((read_json_or_none(record) or {}).get("provenance") or {}).get("git") or {}
+    return bool(git.get("dirty"))
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple | None:
@@ -206,6 +237,7 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
             (eval_dir / GENERATIONS).write_bytes(data)
         elif (job / GENERATIONS).is_file():  # published before generations were gzipped
             shutil.copy2(job / GENERATIONS, eval_dir / GENERATIONS)
+        write_json_atomic(eval_dir / RESTORED, {"published": str(published), "job": job.name})
         write_text_atomic(eval_dir / RECORD, (job / RECORD).read_text())  # last: the marker
         written.append(eval_dir / RECORD)
     return written
