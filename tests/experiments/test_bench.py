@@ -128,6 +128,8 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
             "2",
             "--new-tokens=6",
             "--repeats=1",
+            "--draft-vocabs",
+            "4096",
             f"--out={tmp_path}",
             "--name=spec",
         ]
@@ -135,7 +137,13 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
     result = json.loads((tmp_path / "spec.json").read_text())
     (cell,) = result["cells"]
     rows = cell["variants"]
-    assert set(rows) == {"transformers-generate", "skipdecode-full", "speculative-k2"}
+    assert set(rows) == {
+        "transformers-generate",
+        "skipdecode-full",
+        "speculative-k2",
+        "speculative-k2-vocab4096",
+    }
+    assert rows["speculative-k2-vocab4096"]["identical_to_full"] is True  # the subset head
     spec = rows["speculative-k2"]
     assert spec["identical_to_full"] is True
     assert 0 <= spec["acceptance_rate"] <= 1 and spec["tokens_per_verify"] >= 1

@@ -69,8 +69,12 @@ def bench_speculative(
     new_tokens: int = 48,
     repeats: int = 3,
     with_transformers: bool = True,
+    draft_vocabs: tuple[int, ...] = (),
 ) -> dict[str, Any]:
-    """One batch size: every variant interleaved, median of ``repeats`` after a warm-up."""
+    """One batch size: every variant interleaved, median of ``repeats`` after a warm-up.
+    ``draft_vocabs``: for each size N, the largest k again with drafts over N tokens: the
+    tokenizer's first N ids (a BPE vocabulary's merge order, a frequency proxy where there are
+    no training targets) and EOS."""
     dec = SkipDecoder(model, tokenizer)
     L = dec.num_layers
     ids, mask = _chat_batch(tokenizer, batch_size)
@@ -80,6 +84,11 @@ def bench_speculative(
         schedules[f"speculative-k{k}"] = build_schedule(
             {"name": "speculative", "draft": draft, "k": k}, L, new_tokens
         )
+    for size in draft_vocabs:
+        eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        vocab = list(dict.fromkeys([*eos, *range(size)]))[:size]
+        sched = build_schedule({"name": "speculative", "draft": draft, "k": max(ks)}, L, new_tokens)
+        schedules[f"speculative-k{max(ks)}-vocab{size}"] = sched.with_draft_vocab(vocab)
     outputs: dict[str, torch.Tensor] = {}
 
     def run_skip(name: str, schedule: Schedule) -> dict[str, Any]:
@@ -175,8 +184,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft-speedup", type=float, default=2.0)
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--draft-vocabs",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also the largest k with drafts over N tokens (each N): the subset draft head",
+    )
     add_run_options(p, name="speculative")
     args = p.parse_args(argv)
+    for n in args.draft_vocabs:
+        if n < 1:
+            p.error(f"--draft-vocabs: {n} is not allowed (a number of tokens >= 1)")
     for k in args.ks:
         if k < 1:
             p.error(f"--ks: {k} is not allowed (k >= 1)")
@@ -204,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             args.new_tokens,
             args.repeats,
             not args.no_transformers,
+            tuple(args.draft_vocabs),
         )
         cell["model"] = str(path)
         cells.append(cell)
