@@ -168,8 +168,8 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
             out.append(
                 f"| {Path(c['model']).name} | {c['batch_size']} | {name} | "
                 f"{f('acceptance_rate')} | {f('tokens_per_verify')} | {f('layers_per_token', '{:.1f}')} | "
-                f"{f('ms_per_token')} | {f('speedup_vs_full')}x | "
-                f"{f('speedup_vs_transformers')}x | {r.get('identical_to_full', '')} |"
+                f"{f('ms_per_token')} | {f('speedup_vs_full', '{:.2f}x')} | "
+                f"{f('speedup_vs_transformers', '{:.2f}x')} | {r.get('identical_to_full', '')} |"
             )
     return "\n".join(out) + "\n"
 
