@@ -17,6 +17,7 @@ used exactly, and the rest of the layer never runs.
 from __future__ import annotations
 
 import inspect
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -59,6 +60,16 @@ class _StopAfterKV:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0 if self.target is None else self.target.get_seq_length(layer_idx)
+
+
+#: The names a layer takes its KV cache under, preferred first (transformers 5.24: cache).
+CACHE_ARGUMENTS = ("cache", "past_key_values", "layer_past")
+
+
+def cache_argument(layer: nn.Module) -> str | None:
+    """The name ``layer`` takes its cache under (:data:`CACHE_ARGUMENTS`), or None."""
+    params = inspect.signature(layer.forward).parameters
+    return next((name for name in CACHE_ARGUMENTS if name in params), None)
 
 
 class DecoderAdapter:
@@ -108,12 +119,9 @@ class DecoderAdapter:
         types = getattr(self.config, "layer_types", None)
         return str(types[layer_idx]) if types else "layer"
 
-    @property
-    def _cache_kwarg(self) -> str:  # transformers 5.24 renamed past_key_values to cache
-        if "_cache_kwarg_found" not in self.__dict__:  # once: the signature does not change
-            params = inspect.signature(self.layers[0].forward).parameters
-            self._cache_kwarg_found = "cache" if "cache" in params else "past_key_values"
-        return self._cache_kwarg_found
+    @cached_property
+    def _cache_kwarg(self) -> str:  # read once: the layers' signature does not change
+        return cache_argument(self.layers[0]) or "past_key_values"
 
     # -- common -----------------------------------------------------------------------------
     @property
@@ -232,24 +240,16 @@ class GenericAdapter(DecoderAdapter):
         self._rotary_per_type = self.rotary is not None and (
             "layer_type" in inspect.signature(self.rotary.forward).parameters
         )
-        params = inspect.signature(self._layers[0].forward).parameters
-        # transformers 5.24 renamed past_key_values to cache (layer_past in some older families)
-        names = [n for n in ("cache", "past_key_values", "layer_past") if n in params]
-        if not names:
+        if cache_argument(self._layers[0]) is None:
             raise UnsupportedModelError(
                 f"model_type={self.config.model_type!r}: its layers take no cache argument "
-                "(past_key_values, cache or layer_past); the KV cache cannot be handed to them"
+                f"(one of {CACHE_ARGUMENTS}); the KV cache cannot be handed to them"
             )
-        self._cache_name = names[0]
         self.window = _sliding_window(self.config, self.layer_types)
 
     @property
     def layers(self) -> nn.ModuleList:
         return self._layers
-
-    @property
-    def _cache_kwarg(self) -> str:
-        return self._cache_name
 
     @property
     def max_positions(self) -> int:

@@ -84,11 +84,11 @@ def bench_speculative(
         schedules[f"speculative-k{k}"] = build_schedule(
             {"name": "speculative", "draft": draft, "k": k}, L, new_tokens
         )
+    largest = f"speculative-k{max(ks)}"
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     for size in draft_vocabs:
-        eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         vocab = list(dict.fromkeys([*eos, *range(size)]))[:size]
-        sched = build_schedule({"name": "speculative", "draft": draft, "k": max(ks)}, L, new_tokens)
-        schedules[f"speculative-k{max(ks)}-vocab{size}"] = sched.with_draft_vocab(vocab)
+        schedules[f"{largest}-vocab{size}"] = schedules[largest].with_draft_vocab(vocab)
     outputs: dict[str, torch.Tensor] = {}
 
     def run_skip(name: str, schedule: Schedule) -> dict[str, Any]:

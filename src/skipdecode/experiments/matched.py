@@ -49,6 +49,15 @@ def interpolate(points: Sequence[tuple[float, float]], x: float) -> float | None
     return pts[0][1] if len(pts) == 1 and pts[0][0] == x else None
 
 
+def _on_curve(
+    anchor: Mapping[str, Any], points: Sequence[tuple[float, Mapping]], metric: str, x: float
+) -> float | None:
+    """``metric`` at speedup ``x`` on one seed's curve: ``points`` (speedup, cell) anchored at
+    (1.0, the full cell); None where a point lacks the metric or the curve does not reach."""
+    pts = [(1.0, num(anchor.get(metric)))] + [(sx, num(c.get(metric))) for sx, c in points]
+    return None if any(y is None for _, y in pts) else interpolate(pts, x)
+
+
 def matched_rows(
     cells: Sequence[Mapping[str, Any]], speedups: Sequence[float] = MATCHED_SPEEDUPS
 ) -> list[dict[str, Any]]:
@@ -79,15 +88,8 @@ def matched_rows(
                 anchor = full.get((dataset, model, seed))
                 if anchor is None:
                     continue
-                got = {}
-                for metric, _, _ in METRICS:
-                    pts = [(1.0, num(anchor.get(metric)))] + [
-                        (sx, num(cell.get(metric))) for sx, cell in points
-                    ]
-                    if any(y is None for _, y in pts):
-                        break
-                    got[metric] = interpolate(pts, s)
-                if len(got) < len(METRICS) or any(v is None for v in got.values()):
+                got = {m: _on_curve(anchor, points, m, s) for m, _, _ in METRICS}
+                if any(v is None for v in got.values()):
                     continue
                 seeds.append(seed)
                 for metric in got:
