@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny e2e-suite reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -86,6 +86,7 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_methods seed=1 \
 		schedule=$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2
 
 # The second pretrained family (issue: a second family): Gemma 3 270M on E2E with the CPU recipe
 # of e2e_smollm2, the SkipDecode curve first, then the other methods at 2x, then more seeds.
@@ -100,6 +101,7 @@ reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_seeds seed=2,3 \
 		schedule=full,target_2x,target_4x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(GEMMA3_SWEEPS) --publish results/e2e_gemma3
+	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_gemma3
 
 # The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
 # seeds in one multirun, GPU_JOBS cells at a time on the one GPU: by default as many as the free
@@ -115,6 +117,10 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 		hydra/launcher=joblib hydra.launcher.n_jobs=$(GPU_JOBS) seed=1,2,3 \
 		schedule=full,target_2x,target_3x,target_4x,target_5x,$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_gpu --publish results/e2e_smollm2_gpu --update
+	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2_gpu
+
+e2e-suite: $(STAMP) ## E2E's own metrics (BLEU, NIST, METEOR, ROUGE-L, CIDEr; needs Java) for the published E2E tables -> results/*/e2e_suite.md
+	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2 results/e2e_smollm2_gpu results/e2e_gemma3
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \

@@ -50,7 +50,7 @@ from .record import (
     RECORD_FILE,
     RECORD_KIND,
     RECORD_VERSION,
-    check_bertscore,
+    check_metric_assets,
     eval_provenance,
     log_wandb,
     metric_settings,
@@ -108,7 +108,7 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     task = get_task(settings["name"])
     split = ev.get("split") or "test"
     metrics = metric_settings(ev.get("metrics") or {}, task)
-    check_bertscore(metrics)  # before the (long) generation
+    check_metric_assets(metrics)  # before the (long) generation
     examples = load_examples(settings, split, ev.get("limit"))
 
     tokenizer = lm.tokenizer

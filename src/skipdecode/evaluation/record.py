@@ -18,6 +18,7 @@ import torch
 from ..models.assets import MINILM_NUM_LAYERS, minilm_dir
 from ..provenance import provenance
 from .metrics import resolve_bertscore_model
+from .metrics.e2e import E2E_METRICS, require_java
 
 __all__ = [
     "RECORD_FILE",
@@ -27,7 +28,7 @@ __all__ = [
     "MINILM_SENTINEL",
     "metric_settings",
     "per_input_scores",
-    "check_bertscore",
+    "check_metric_assets",
     "summarize",
     "eval_provenance",
     "log_wandb",
@@ -89,8 +90,12 @@ def per_input_scores(quality: dict[str, Any]) -> dict[str, list[float]]:
     return out
 
 
-def check_bertscore(metrics_cfg: Mapping[str, Any]) -> None:
-    """Fail fast (before generating) when the BERTScore model cannot be loaded offline."""
+def check_metric_assets(metrics_cfg: Mapping[str, Any]) -> None:
+    """Fail fast (before generating) when the BERTScore model cannot be loaded offline, or
+    E2E's metric suite is on and there is no Java to run it."""
+    e2e = metrics_cfg.get("e2e") if metrics_cfg else None
+    if e2e is True or (isinstance(e2e, Mapping) and e2e.get("enabled", True)):
+        require_java()
     bs = metrics_cfg.get("bertscore") if metrics_cfg else None
     if not isinstance(bs, Mapping) or not bs.get("enabled", True):
         return
@@ -111,6 +116,8 @@ def summarize(quality: Mapping[str, Any], speed: Mapping[str, Any]) -> dict[str,
         out["bertscore_p"] = quality["bertscore"]["precision"]
         out["bertscore_r"] = quality["bertscore"]["recall"]
         out["bertscore_f1"] = quality["bertscore"]["f1"]
+    for k, _ in E2E_METRICS if "e2e" in quality else ():
+        out[f"e2e_{k}"] = quality["e2e"][k]
     for k in (
         "theoretical_speedup",
         "batch_speedup",

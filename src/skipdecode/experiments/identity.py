@@ -57,19 +57,25 @@ def without_sizes(ident: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ident.items() if k != SIZES_KEY}
 
 
-#: Evaluation settings added after results were published: at these values they are left out of
-#: the hash, so a published evaluation keeps its id (any other value is a new evaluation).
-_LATER_EVAL_DEFAULTS: dict[str, Any] = {"compile": False}
+#: Evaluation settings added after results were published (dotted paths in the ``eval`` group):
+#: at these values they are left out of the hash, so a published evaluation keeps its id (any
+#: other value is a new evaluation).
+_LATER_EVAL_DEFAULTS: dict[str, Any] = {"compile": False, "metrics.e2e": False}
 
 
 def eval_identity(ev: Mapping[str, Any]) -> str:
     """The 8-hex-digit hash of an evaluation config (the ``eval`` group)."""
-    kept = {
-        k: v
-        for k, v in ev.items()
-        if not (k in _LATER_EVAL_DEFAULTS and v == _LATER_EVAL_DEFAULTS[k])
-    }
-    return _config_hash({"eval": kept}, 8)
+    return _config_hash({"eval": _without_later_defaults(ev, "")}, 8)
+
+
+def _without_later_defaults(node: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    kept = {}
+    for k, v in node.items():
+        path = prefix + str(k)
+        if path in _LATER_EVAL_DEFAULTS and v == _LATER_EVAL_DEFAULTS[path]:
+            continue
+        kept[k] = _without_later_defaults(v, path + ".") if isinstance(v, Mapping) else v
+    return kept
 
 
 def _config_hash(config: Mapping[str, Any], digits: int) -> str:

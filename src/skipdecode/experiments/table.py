@@ -30,6 +30,7 @@ __all__ = [
     "CELL_FILE",
     "PLAN_FILE",
     "collect",
+    "csv_text",
     "format_markdown",
     "format_results_markdown",
     "write_tables",
@@ -326,7 +327,7 @@ def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+def csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
     writer.writeheader()
@@ -345,8 +346,8 @@ def write_tables(
         "cells_csv": out_dir / CELLS_CSV,
         "cells_markdown": out_dir / CELLS_MD,
     }
-    write_text_atomic(paths["cells_csv"], _csv(cells, COLUMNS))
+    write_text_atomic(paths["cells_csv"], csv_text(cells, COLUMNS))
     write_text_atomic(paths["cells_markdown"], format_markdown(cells))
-    write_text_atomic(paths["csv"], _csv(results, RESULT_COLUMNS))
+    write_text_atomic(paths["csv"], csv_text(results, RESULT_COLUMNS))
     write_text_atomic(paths["markdown"], format_results_markdown(results))
     return paths

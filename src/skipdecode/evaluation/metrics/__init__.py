@@ -1,4 +1,4 @@
-"""Quality metrics (BLEU, ROUGE, BERTScore) with the exact settings recorded.
+"""Quality metrics (BLEU, ROUGE, BERTScore, E2E's suite) with the exact settings recorded.
 
 Every metric takes ``hypotheses: list[str]`` and ``references: list[list[str]]`` (each hypothesis
 has its own, possibly variable-length, list of references; a bare string is accepted as a
@@ -6,8 +6,9 @@ single reference) and returns a plain ``dict`` that holds the scores *and* the s
 reproduce them, ready to be written into a run record. ``compute_all`` runs the switched-on
 metrics from the ``eval.metrics`` config.
 
-``text`` (BLEU, ROUGE), ``bertscore`` (BERTScore) and ``bertscore_compat`` (offline model checks
-and the transformers-5 fixes for bert-score) hold the details.
+``text`` (BLEU, ROUGE), ``bertscore`` (BERTScore), ``bertscore_compat`` (offline model checks
+and the transformers-5 fixes for bert-score) and ``e2e`` (the E2E challenge's BLEU, NIST,
+METEOR, ROUGE-L and CIDEr, off by default: it needs Java) hold the details.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from .bertscore import bertscore, clear_bertscore_cache
 from .bertscore_compat import minilm_hint, resolve_bertscore_model
+from .e2e import e2e_suite
 from .references import MetricSettingError, normalize_references
 from .text import ROUGE_DEFAULT_TYPES, bleu, rouge
 
@@ -27,6 +29,7 @@ __all__ = [
     "bleu",
     "rouge",
     "bertscore",
+    "e2e_suite",
     "compute_all",
     "clear_bertscore_cache",
     "normalize_references",
@@ -57,8 +60,9 @@ _SECTION_KEYS: dict[str, set[str]] = {
         "baseline_path",
         "per_example",
     },
+    "e2e": {"enabled"},
 }
-_DEFAULT_ON = {"bleu": True, "rouge": True, "bertscore": False}
+_DEFAULT_ON = {"bleu": True, "rouge": True, "bertscore": False, "e2e": False}
 
 
 def _to_plain(obj: Any) -> Any:
@@ -105,9 +109,9 @@ def compute_all(
 ) -> dict[str, Any]:
     """Compute the switched-on metrics from a cfg-like mapping.
 
-    ``settings`` holds optional sections ``bleu``, ``rouge``, ``bertscore``; each is ``true``/
-    ``false`` or a mapping of that function's keyword arguments plus ``enabled``. Absent sections:
-    BLEU and ROUGE on with defaults, BERTScore off. Other top-level keys are ignored (so the whole
+    ``settings`` holds optional sections ``bleu``, ``rouge``, ``bertscore``, ``e2e``; each is
+    ``true``/``false`` or a mapping of that function's keyword arguments plus ``enabled``. Absent
+    sections: BLEU and ROUGE on with defaults, BERTScore and E2E's suite off. Other top-level keys are ignored (so the whole
     ``eval`` config node can be passed). ``prefix`` names that node in error messages.
     """
     settings = _to_plain(settings) if settings is not None else {}
@@ -115,8 +119,8 @@ def compute_all(
         raise MetricSettingError(f"{prefix}={settings!r} is invalid; allowed: a mapping")
     hyps, refs = normalize_references(hypotheses, references, where="compute_all")
     out: dict[str, Any] = {"n": len(hyps), "timing_s": {}}
-    fns = {"bleu": bleu, "rouge": rouge}
-    for name in ("bleu", "rouge", "bertscore"):
+    fns = {"bleu": bleu, "rouge": rouge, "e2e": e2e_suite}
+    for name in ("bleu", "rouge", "bertscore", "e2e"):
         kwargs = _section(settings, name, prefix)
         if kwargs is None:
             continue
