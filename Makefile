@@ -140,9 +140,9 @@ bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 ne
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-350m --batch-sizes 8 --prompt-len 32 \
 		--new-tokens 64 --speedups 2 3 --repeats 3 --name decode-opt350m-b8
 
-bench-speculative: $(STAMP) smollm2 ## Lossless mode on SmolLM2 chat prompts: acceptance, ms/token vs full and transformers (batch 1/8/32, k 2/4/6)
+bench-speculative: $(STAMP) smollm2 ## Lossless mode on every SmolLM2 chat prompt, EOS on: acceptance per draft budget, a round's cost split, constant drafts (batch 1/8/32, k 2/4/6)
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
-		--repeats 3 --name speculative-smollm2 $(ARGS)
+		--draft-budgets 6 10 16 --repeats 3 --name speculative-smollm2 $(ARGS)
 
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \
@@ -163,7 +163,8 @@ bench-gpu: $(STAMP) smollm2 ## GPU decode benchmark in bf16 (compiled path and p
 		--new-tokens 64 --repeats 10 --compile --dtype bfloat16 --device cuda --out results/bench \
 		--name decode-gpu-bf16-compiled
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
-		--repeats 3 --dtype bfloat16 --device cuda --name speculative-smollm2-gpu-bf16 $(ARGS)
+		--draft-budgets 6 10 16 --repeats 3 --dtype bfloat16 --device cuda \
+		--name speculative-smollm2-gpu-bf16 $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \

@@ -12,7 +12,7 @@ from transformers import OPTConfig, OPTForCausalLM
 from skipdecode.core.acceptance import accept_sampled
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.schedules import FullSchedule, ScheduleError, SpeculativeSchedule, build_schedule
-from skipdecode.schedules.base import plan_loss_sums
+from skipdecode.schedules.base import StaticSchedule, plan_loss_sums
 
 L = 8
 N = 24
@@ -233,3 +233,67 @@ def test_speculative_schedule_is_not_a_step_runner():
             ids, speculative(), 4, mask, return_logits=True
         )
     assert EOS != PAD
+
+
+class _RisingDraft(StaticSchedule):
+    """A draft plan whose budget rises (2, 3, 4 ... layers): never nested over the sequence."""
+
+    name = "rising"
+
+    def budget(self, step: int) -> int:
+        return min(2 + step, self.num_layers - 1)
+
+    def active_layers(self, step: int) -> tuple[int, ...]:
+        return tuple(range(self.budget(step)))
+
+
+@pytest.mark.parametrize("family", ["llama", "opt"])
+def test_a_draft_need_only_nest_within_a_round(family):
+    """A rising plan would leave gaps in a plain SkipDecode cache; as a draft each pass runs
+    the layers every earlier pass of its round ran, and the output stays the full model's."""
+    decoder = SkipDecoder(FAMILIES[family](num_layers=L))
+    ids, mask = left_padded_batch([5, 11, 3])
+    kwargs = dict(stop_at_eos=False, decode_texts=False)
+    full = decoder.generate(ids, FullSchedule(L), N, mask, **kwargs)
+    spec = decoder.generate(ids, SpeculativeSchedule(_RisingDraft(L), k=4), N, mask, **kwargs)
+    assert torch.equal(spec.generated_ids, full.generated_ids)
+    rounds, current = [], []  # the draft budgets of each round
+    for budget in spec.stats.budgets:
+        if budget == L:
+            rounds.append(current)
+            current = []
+        else:
+            current.append(budget)
+    assert all(len(set(r)) <= 1 for r in rounds)  # the round's first pass bounds the rest
+    assert len({r[0] for r in rounds if r}) > 1  # while the plan rises from round to round
+
+
+def test_rounds_count_acceptance_per_budget_and_time_their_parts():
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    ids, mask = left_padded_batch([6, 2, 9])
+    plain = decoder.generate(ids, speculative(k=4), N, mask, stop_at_eos=False)
+    timed = decoder.generate(ids, speculative(k=4), N, mask, stop_at_eos=False, profile_rounds=True)
+    assert torch.equal(plain.generated_ids, timed.generated_ids)
+    c = timed.stats.speculation
+    assert sum(n for n, _ in c.by_budget.values()) == c.drafted
+    assert sum(a for _, a in c.by_budget.values()) == c.accepted
+    assert set(c.by_budget) <= set(timed.stats.budgets) and len(c.by_budget) > 1  # it decays
+    parts = {"draft_layers", "draft_head", "verify", "accept", "bookkeeping"}
+    assert set(c.phase_seconds) == parts and all(t > 0 for t in c.phase_seconds.values())
+    assert sum(c.phase_seconds.values()) <= timed.stats.decode_seconds + 1e-3
+    assert plain.stats.speculation.phase_seconds == {}
+
+
+def test_each_round_starts_after_the_furthest_accepted_position():
+    """Columns every row rejected are rewritten by the next round, not left as holes."""
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    ids, mask = left_padded_batch([6, 2, 9])
+    ends = []
+
+    def last_column(view) -> None:
+        ends.append(bool(view.visible[:, -1].any()))  # the round's last column is someone's
+
+    decoder.generate(
+        ids, speculative("target_4x", k=5), N, mask, stop_at_eos=False, on_round=last_column
+    )
+    assert ends and all(ends)

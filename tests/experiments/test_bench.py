@@ -108,8 +108,9 @@ def test_train_bench_writes_complete_json(tmp_path):
 
 
 def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
-    """The lossless-mode benchmark on SmolLM2 chat prompts: acceptance, tokens per verify,
-    speedups, and every speculative output checked against the full model's."""
+    """The lossless-mode benchmark on SmolLM2 chat prompts, EOS on: acceptance overall and per
+    draft budget, the round's cost split, a chosen constant draft, and every speculative output
+    checked against the full model's."""
     from ci import skip_unless_ci
 
     from skipdecode.experiments.bench_speculative import main as bench_speculative_main
@@ -128,6 +129,10 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
             "2",
             "--new-tokens=6",
             "--repeats=1",
+            "--prompts=3",
+            "--draft-budgets",
+            "6",
+            "10",
             "--draft-vocabs",
             "4096",
             f"--out={tmp_path}",
@@ -136,16 +141,22 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
     )
     result = json.loads((tmp_path / "spec.json").read_text())
     (cell,) = result["cells"]
+    assert cell["batches"] == 2 and cell["stop_at_eos"] is True  # 3 prompts in batches of 2
     rows = cell["variants"]
     assert set(rows) == {
-        "transformers-generate",
         "skipdecode-full",
         "speculative-k2",
+        "speculative-k2-b6",
+        "speculative-k2-b10",
         "speculative-k2-vocab4096",
     }
-    assert rows["speculative-k2-vocab4096"]["identical_to_full"] is True  # the subset head
+    assert all(r["identical_to_full"] for n, r in rows.items() if n != "skipdecode-full")
+    assert sum(bool(rows[f"speculative-k2-b{b}"].get("chosen")) for b in (6, 10)) == 1
+    assert set(rows["speculative-k2-b6"]["acceptance_by_budget"]) == {"6"}
     spec = rows["speculative-k2"]
-    assert spec["identical_to_full"] is True
     assert 0 <= spec["acceptance_rate"] <= 1 and spec["tokens_per_verify"] >= 1
-    assert spec["layers_per_token"] > 0 and spec["speedup_vs_full"] > 0
+    cost = spec["cost"]
+    assert cost["drafts_per_round"] > 0 and 0 < cost["head_share_of_draft"] < 1
+    assert cost["verify_per_round"] > 0 and cost["predicted_speedup"] > 0
+    assert spec["speedup_vs_full"] > 0
     assert "| speculative-k2 |" in (tmp_path / "spec.md").read_text()

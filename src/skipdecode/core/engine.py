@@ -2,8 +2,7 @@
 and batched, KV-cached SkipDecode generation.
 
 The loop is ours (embed, run the chosen layers, final norm, LM head); the layers, weights and
-tokenizers are transformers'. The model's config is never touched: the layer plan is passed in.
-"""
+tokenizers are transformers'. The model's config is never touched: the plan is passed in."""
 
 from __future__ import annotations
 
@@ -179,13 +178,15 @@ class SkipDecoder:
         return_logits: bool = False,
         decode_texts: bool = True,
         on_round: Callable[[RoundView], None] | None = None,
+        profile_rounds: bool = False,
     ) -> GenerationOutput:
         """Decode a batch under ``schedule`` (any :class:`~skipdecode.schedules.Schedule`).
 
         ``inputs`` are prompt strings (tokenised with the decoder's tokenizer, left-padded) or
         left-padded ids with ``attention_mask``. Greedy unless ``do_sample``. Rows stop at EOS
         (and keep padding) unless ``stop_at_eos=False``; the loop ends early once every row has
-        stopped. ``on_round``: a speculative schedule's per-round view (tests, inspection).
+        stopped. ``on_round``: a speculative schedule's per-round view (tests, inspection);
+        ``profile_rounds``: time the parts of its rounds (``stats.speculation.phase_seconds``).
         """
         input_ids, attention_mask = prepare_inputs(
             inputs, attention_mask, self.tokenizer, self.device
@@ -207,11 +208,10 @@ class SkipDecoder:
                     "return_logits=True is not available with a speculative schedule (its "
                     "tokens come from verify passes, several per pass)"
                 )
-            check_nested([speculation.draft.active_layers(g) for g in range(n_steps)])
-            with eval_mode(self.model):
+            with eval_mode(self.model):  # draft plans nest per round (see core.speculative)
                 result = speculative_generate(
                     self, input_ids, attention_mask, speculation, max_new_tokens, sampling,
-                    eos_ids, pad_id, stop, on_round,
+                    eos_ids, pad_id, stop, on_round, profile_rounds,
                 )  # fmt: skip
             out = speculative_output(result, self.num_layers, input_ids, attention_mask)
             out.schedule = schedule.describe()

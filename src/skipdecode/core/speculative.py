@@ -13,18 +13,27 @@ A *round*, from each row's last chosen token ``t0`` (not yet in the cache):
    argmax. Sampling: the speculative sampling rule (:func:`accept_sampled`), so every output
    follows the full model's distribution exactly.
 
+Draft plan. The verify pass rewrites every layer of the round's columns, so the draft's layer
+sets need to be nested only within a round, not over the whole generation: a draft pass runs
+the layers of its step that every earlier pass of the round ran (for a non-increasing plan,
+exactly its step's layers; a constant budget is the simplest draft). Any static plan drafts.
+
 Cache. The batch shares one cache column pointer. Draft passes write their columns in the draft
 layers only; the verify pass rewinds to the round's first column and writes every layer there,
 so an accepted position holds exactly the full model's keys and values. Rows accept different
 numbers of tokens: a row's rejected columns become *holes*, hidden from that row by its own key
-mask (``visible``) and never read again, and the next round starts after the longest. Position
-ids count each row's own tokens, so holes do not shift them. Finished rows leave the batch (the
-cache keeps only live rows), so they stop costing.
+mask (``visible``) and never read again, and the next round starts after the furthest accepted
+position (the columns past it, rejected by every row, are rewritten). Position ids count each
+row's own tokens, so holes do not shift them. Finished rows leave the batch (the cache keeps
+only live rows), so they stop costing.
 
 Accounting: every pass reports the layers it ran and for how many rows. ``layers_per_token`` is
 the layer passes (draft + verify, per row) per generated token after the first: what decoding
 costs when it is bound by reading weights, as small-batch decoding is; the verify pass computes
-``m + 1`` positions per layer, so its arithmetic is higher (``verify_positions``).
+``m + 1`` positions per layer, so its arithmetic is higher (``verify_positions``). Acceptance
+is also counted per draft budget (``by_budget``), and with ``profile`` a round's time is split
+into draft layers, draft head (with choosing the token), verify, acceptance and bookkeeping
+(``phase_seconds``; on a GPU each split synchronises, so profile only to measure the split).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from .adapters import DecoderAdapter
 from .cache import KVCache
 from .clock import now
 from .masks import block_attention_mask
+from .rounds import PhaseClock, RoundView, Rows
 from .sampling import SamplingConfig, probabilities, select_next
 from .stats import GenerationOutput, GenerationStats, SpeculationCounts
 from .step import Speculation
@@ -120,9 +130,11 @@ def speculative_generate(
     pad_id: int,
     stop: bool,
     on_round: Callable[[RoundView], None] | None = None,
+    profile: bool = False,
 ) -> SpeculativeResult:
     """Decode a left-padded batch speculatively (see the module docstring). ``on_round`` sees
-    the cache and the live rows after every round (for tests and inspection)."""
+    the cache and the live rows after every round (for tests and inspection); ``profile``
+    times the parts of every round (``counts.phase_seconds``)."""
     B, P = input_ids.shape
     N = max_new_tokens
     device = input_ids.device
@@ -141,7 +153,8 @@ def speculative_generate(
     if N == 0:
         result.lengths = [0] * B
         return result
-    state = _Rows.start(input_ids, attention_mask, select_next(logits, sampling, generator), eos)
+    clock = PhaseClock(device, counts.phase_seconds if profile else None)
+    state = Rows.start(input_ids, attention_mask, select_next(logits, sampling, generator), eos)
     out[:, 0] = state.token
     final_lengths = state.lengths.clone()  # per original row, EOS included
     column = P  # the next cache column every row writes
@@ -158,6 +171,7 @@ def speculative_generate(
         m_max = min(spec.k, int(remaining.max()) - 1)
         cache.reserve(column + m_max + 1)
         state.reserve(column + m_max + 1)
+        clock.lap("bookkeeping")
         column = _round(
             decoder,
             cache,
@@ -171,6 +185,7 @@ def speculative_generate(
             result,
             limit,
             subset,
+            clock,
         )
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
             n_new = int(state.new_counts[r])
@@ -179,75 +194,16 @@ def speculative_generate(
         final_lengths[state.rows] = state.lengths
         if on_round is not None:
             on_round(RoundView(cache, state.rows, state.visible[:, :column], state.lengths))
+    clock.lap("bookkeeping")
     result.decode_seconds = now(device) - t1
     result.lengths = [int(n) for n in final_lengths.tolist()]
     return result
 
 
-@dataclass(frozen=True)
-class RoundView:
-    """The state after a round: ``cache`` (live rows only), which original row each cache row
-    is, each row's visible cache columns ``(n, columns)`` and its generated length (its last
-    token is not in the cache yet)."""
-
-    cache: Any
-    rows: torch.Tensor
-    visible: torch.Tensor
-    lengths: torch.Tensor
-
-
-@dataclass
-class _Rows:
-    """The live rows' state (original row index, lengths, positions, key visibility)."""
-
-    rows: torch.Tensor  # (n,) index into the original batch
-    token: torch.Tensor  # (n,) last chosen token, not yet in the cache
-    lengths: torch.Tensor  # (n,) tokens generated so far
-    valid: torch.Tensor  # (n,) real prompt tokens
-    visible: torch.Tensor  # (n, capacity) bool: cache columns this row may attend to
-    finished: torch.Tensor  # (n,) bool
-    eos: torch.Tensor
-    new_tokens: torch.Tensor | None = None  # (n, m + 1) this round's emitted tokens
-    new_counts: torch.Tensor | None = None  # (n,)
-
-    @classmethod
-    def start(cls, input_ids, attention_mask, token, eos) -> _Rows:
-        B, P = input_ids.shape
-        visible = torch.zeros(B, P, dtype=torch.bool, device=input_ids.device)
-        visible[:, :P] = attention_mask.bool()
-        return cls(
-            rows=torch.arange(B, device=input_ids.device),
-            token=token,
-            lengths=torch.ones(B, dtype=torch.long, device=input_ids.device),
-            valid=attention_mask.long().sum(-1),
-            visible=visible,
-            finished=torch.isin(token, eos),
-            eos=eos,
-        )
-
-    def select(self, keep: torch.Tensor) -> _Rows:
-        return _Rows(
-            rows=self.rows[keep],
-            token=self.token[keep],
-            lengths=self.lengths[keep],
-            valid=self.valid[keep],
-            visible=self.visible[keep],
-            finished=self.finished[keep],
-            eos=self.eos,
-        )
-
-    def reserve(self, columns: int) -> None:
-        extra = columns - self.visible.shape[1]
-        if extra > 0:
-            self.visible = torch.cat(
-                [self.visible, self.visible.new_zeros(len(self.rows), extra)], 1
-            )
-
-
 def _round(
     decoder: SkipDecoder,
     cache: Any,
-    state: _Rows,
+    state: Rows,
     spec: Speculation,
     m_max: int,
     remaining: torch.Tensor,
@@ -257,9 +213,11 @@ def _round(
     result: SpeculativeResult,
     limit: int,
     subset: SubsetHead | None = None,
+    clock: PhaseClock | None = None,
 ) -> int:
     """One draft-and-verify round over the live rows; returns the next round's first column.
     ``subset``: the draft passes score only these tokens (the verify pass scores all)."""
+    clock = clock or PhaseClock(state.token.device, None)
     n = len(state.rows)
     device = state.token.device
     L = decoder.num_layers
@@ -272,14 +230,20 @@ def _round(
     proposing = remaining > 1  # a row needs proposals only if it still needs 2+ tokens
     proposed = torch.zeros(n, dtype=torch.long, device=device)
     current = state.token
+    ran: set[int] | None = None  # layers every earlier draft pass of this round ran
+    proposers: list[tuple[int, torch.Tensor]] = []  # (budget, rows proposing) per draft pass
     for j in range(m_max):
         if not bool(proposing.any()):
             break
         layers = spec.draft.active_layers(g_min + j)
+        if ran is not None:
+            layers = tuple(i for i in layers if i in ran)
+        ran = set(layers)
         logits = _pass(
             decoder, cache, state, current[:, None], pos0[:, None] + j, column + j, layers, limit,
-            subset,
+            subset, clock, "draft",
         )  # fmt: skip
+        proposers.append((len(layers), proposing.clone()))
         result.budgets.append(len(layers))
         result.live_rows.append(n)
         result.verify_passes.append(False)
@@ -303,13 +267,16 @@ def _round(
             proposing = proposing & (confidence >= spec.threshold)
         drafts.append(d)
         current = d
+        clock.lap("draft_head")
     m = int(proposed.max()) if drafts else 0
     block = torch.stack(drafts[:m], 1) if m else state.token.new_zeros(n, 0)
     # -- verify -----------------------------------------------------------------------------
     cache.rewind(column)
     inputs = torch.cat([state.token[:, None], block], 1)  # (n, m + 1)
     positions = pos0[:, None] + torch.arange(m + 1, device=device)
-    full = _pass(decoder, cache, state, inputs, positions, column, range(L), limit)
+    full = _pass(
+        decoder, cache, state, inputs, positions, column, range(L), limit, None, clock, "verify"
+    )
     result.budgets.append(L)
     result.live_rows.append(n)
     result.verify_passes.append(True)
@@ -319,6 +286,7 @@ def _round(
         accepted, nxt = accept_sampled(block, proposed, p, q, generator)
     else:
         accepted, nxt = accept_greedy(block, proposed, full)
+    clock.lap("accept")
     # -- emit -------------------------------------------------------------------------------
     idx = torch.arange(m + 1, device=device)
     emitted = torch.where(idx < accepted[:, None], torch.cat([block, nxt[:, None]], 1), 0)
@@ -341,23 +309,34 @@ def _round(
     c.accepted += int(accepted.sum())
     c.verify_passes += 1
     c.verify_positions += n * (m + 1)
-    return column + m + 1
+    for j, (budget, rows) in enumerate(proposers[:m]):
+        counted = c.by_budget.setdefault(budget, [0, 0])
+        counted[0] += int(rows.sum())
+        counted[1] += int((rows & (accepted > j)).sum())
+    # the next round starts after the furthest accepted input; the columns past it are holes
+    # for every row, so they are rewritten
+    after = column + int(accepted.max()) + 1
+    cache.rewind(after)
+    return after
 
 
 def _pass(
     decoder: SkipDecoder,
     cache: Any,
-    state: _Rows,
+    state: Rows,
     tokens: torch.Tensor,
     positions: torch.Tensor,
     column: int,
     layers: Sequence[int],
     limit: int,
     head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    clock: PhaseClock | None = None,
+    kind: str = "verify",
 ) -> torch.Tensor:
     """``tokens`` ``(n, T)`` at ``positions`` through ``layers``, writing cache columns
     ``column ..``; logits ``(n, T, V)`` (``head``: another head, e.g. a vocabulary subset's).
-    Positions past the model's limit (inputs no row will use) are clamped."""
+    Positions past the model's limit (inputs no row will use) are clamped. ``clock`` times
+    the layers as ``kind`` ("draft": ``draft_layers``; the head then as ``draft_head``)."""
     adapter = decoder.adapter
     positions = positions.clamp(max=limit)
     hidden = adapter.embed(tokens, positions)
@@ -366,4 +345,9 @@ def _pass(
     cache.begin(column)
     for layer_idx in layers:
         hidden = adapter.run_layer(layer_idx, hidden, mask, kwargs, cache)
-    return (head or adapter.head)(hidden)
+    if clock is not None:
+        clock.lap("draft_layers" if kind == "draft" else kind)
+    logits = (head or adapter.head)(hidden)
+    if clock is not None:
+        clock.lap("draft_head" if kind == "draft" else kind)
+    return logits

@@ -22,13 +22,33 @@ class SpeculationCounts:
     draft_passes: int = 0
     verify_passes: int = 0
     verify_positions: int = 0  # positions the verify passes computed, over rows
+    # per draft budget (layers of the pass that drafted): [proposals, accepted]
+    by_budget: dict[int, list[int]] = field(default_factory=dict)
+    # seconds per part of a round, when timed (``profile_rounds``): draft layers, draft head
+    # (with choosing the token), verify, acceptance, bookkeeping
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: SpeculationCounts) -> None:
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if isinstance(mine, dict):
+                for key, value in theirs.items():
+                    if isinstance(value, list):
+                        mine[key] = [
+                            a + b for a, b in zip(mine.get(key, [0, 0]), value, strict=True)
+                        ]
+                    else:
+                        mine[key] = mine.get(key, 0.0) + value
+            else:
+                setattr(self, name, mine + theirs)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {n: getattr(self, n) for n in self.__dataclass_fields__}
+        out["by_budget"] = {
+            b: {"proposed": n, "accepted": a, "acceptance_rate": a / n if n else None}
+            for b, (n, a) in sorted(self.by_budget.items(), reverse=True)
+        }
+        out["phase_seconds"] = dict(self.phase_seconds)
         out["acceptance_rate"] = self.accepted / self.drafted if self.drafted else None
         # tokens a verify pass yields per row: the accepted proposals plus its own token
         out["tokens_per_verify"] = (

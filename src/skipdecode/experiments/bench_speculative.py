@@ -1,17 +1,31 @@
 """Benchmark of lossless SkipDecode (self-speculative decoding) on real weights.
 
 SmolLM2-135M-Instruct (the converted offline copy, or any exported model with ``--model``) on
-chat prompts, greedy, a fixed number of new tokens (EOS off, so every variant does the same
-work). Variants, interleaved and repeated (median after a warm-up): transformers ``generate``,
-skipdecode ``full``, and ``speculative`` with the SkipDecode target plan as draft for each
-``k``. Every speculative output is checked to be the full model's, token for token.
+every chat prompt of the workload (``--prompts``: the first N; batches cover them all, a batch
+larger than the workload repeats prompts), greedy, stopping at EOS: the work a user's requests
+make. Variants, interleaved and repeated (median of the workload's total decode time after a
+warm-up on its first batch): skipdecode ``full`` (the baseline: plain decoding of the same
+model on the same path), ``speculative`` with the SkipDecode target plan as draft for each
+``k``, and with constant-budget drafts (``--draft-budgets``: ``{name: budgets, budgets: [b]}``)
+and drafts over vocabulary subsets (``--draft-vocabs``) at the largest ``k``. Every speculative
+output is checked to be the full model's, token for token; every variant runs the same tokens.
 
-    python -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6
+Per variant: acceptance overall and per draft budget, tokens per verify, and the round's cost
+split (draft layers, draft head, verify, acceptance, bookkeeping; ``profile_rounds``) in units
+of one full decode step, with the speedup it predicts: ``tokens per round / (drafts x draft
+cost + verify + acceptance + bookkeeping)``. Among the constant-budget drafts the one with the
+highest predicted speedup is marked chosen. The split is timed on a CPU only (on a GPU it
+would synchronise every part of every round). (transformers' ``generate`` with a static cache and
+``torch.compile`` is the peer of the compiled decode benchmark, ``make bench-compiled``.)
+
+    python -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
+        --draft-budgets 6 8 10
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -19,13 +33,12 @@ from typing import Any
 
 import torch
 
-from ..core.costs import transformers_generate_seconds
 from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import add_run_options, write_bench
 
-__all__ = ["CHAT_PROMPTS", "bench_speculative", "speculative_table", "main"]
+__all__ = ["CHAT_PROMPTS", "bench_speculative", "round_cost", "speculative_table", "main"]
 
 CHAT_PROMPTS = (
     "What is the capital of France?",
@@ -45,19 +58,56 @@ CHAT_PROMPTS = (
     "Summarize the plot of Cinderella in one sentence.",
     "What is photosynthesis?",
 )
+PHASES = ("draft_layers", "draft_head", "verify", "accept", "bookkeeping")
 
 
-def _chat_batch(tokenizer: Any, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    prompts = [CHAT_PROMPTS[i % len(CHAT_PROMPTS)] for i in range(batch)]
-    chats = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-        )
-        for p in prompts
-    ]
+def _chat_batches(
+    tokenizer: Any, batch_size: int, prompts: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Left-padded batches covering the first ``prompts`` chat prompts (cycled to fill a batch
+    larger than the workload)."""
+    workload = [CHAT_PROMPTS[i % len(CHAT_PROMPTS)] for i in range(prompts)]
+    count = max(1, math.ceil(len(workload) / batch_size))
     tokenizer.padding_side = "left"
-    enc = tokenizer(chats, return_tensors="pt", padding=True)
-    return enc["input_ids"], enc["attention_mask"]
+    batches = []
+    for b in range(count):
+        chunk = [workload[(b * batch_size + i) % len(workload)] for i in range(batch_size)]
+        chats = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+            )
+            for p in chunk
+        ]
+        enc = tokenizer(chats, return_tensors="pt", padding=True)
+        batches.append((enc["input_ids"], enc["attention_mask"]))
+    return batches
+
+
+def round_cost(spec: dict[str, Any], full_step_s: float, steps: int) -> dict[str, Any]:
+    """A round's cost split in units of one full decode step at the same batch size, and the
+    speedup it predicts. ``spec``: the summed speculation counts of the workload (with
+    ``phase_seconds``); ``steps``: the full model's decode steps on the same workload."""
+    rounds = spec["rounds"] or 1
+    phases = spec.get("phase_seconds") or {}
+    unit = full_step_s * rounds
+    per_round = {p: phases.get(p, 0.0) / unit for p in PHASES}
+    drafts = spec["draft_passes"] / rounds
+    out = {
+        "drafts_per_round": drafts,
+        "draft_pass": (per_round["draft_layers"] + per_round["draft_head"]) / drafts
+        if drafts
+        else None,
+        "head_share_of_draft": per_round["draft_head"]
+        / (per_round["draft_layers"] + per_round["draft_head"])
+        if drafts
+        else None,
+        **{f"{p}_per_round": v for p, v in per_round.items()},
+        # the batch advances by the furthest row; per row, tokens per verify
+        "steps_per_round": steps / rounds,
+    }
+    total = sum(per_round.values())
+    out["predicted_speedup"] = out["steps_per_round"] / total if total else None
+    return out
 
 
 def bench_speculative(
@@ -68,108 +118,154 @@ def bench_speculative(
     draft_speedup: float = 2.0,
     new_tokens: int = 48,
     repeats: int = 3,
-    with_transformers: bool = True,
     draft_vocabs: tuple[int, ...] = (),
+    draft_budgets: tuple[int, ...] = (),
+    prompts: int = len(CHAT_PROMPTS),
 ) -> dict[str, Any]:
-    """One batch size: every variant interleaved, median of ``repeats`` after a warm-up.
-    ``draft_vocabs``: for each size N, the largest k again with drafts over N tokens: the
-    tokenizer's first N ids (a BPE vocabulary's merge order, a frequency proxy where there are
-    no training targets) and EOS."""
+    """One batch size: every variant over the whole workload, interleaved, median of
+    ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
+    drafts over N tokens: the tokenizer's first N ids (a BPE vocabulary's merge order, a
+    frequency proxy where there are no training targets) and EOS. ``draft_budgets``: the
+    largest k with a constant draft of b layers (warm-up layer plus the top b - 1)."""
     dec = SkipDecoder(model, tokenizer)
     L = dec.num_layers
-    ids, mask = _chat_batch(tokenizer, batch_size)
+    batches = _chat_batches(tokenizer, batch_size, prompts)
     draft = {"name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens}
     schedules: dict[str, Schedule] = {"skipdecode-full": FullSchedule(L)}
     for k in ks:
         schedules[f"speculative-k{k}"] = build_schedule(
             {"name": "speculative", "draft": draft, "k": k}, L, new_tokens
         )
-    largest = f"speculative-k{max(ks)}"
+    k_max = max(ks)
+    largest = f"speculative-k{k_max}"
+    for b in draft_budgets:
+        constant = {"name": "budgets", "budgets": [b], "warmup_layers": 1}
+        schedules[f"{largest}-b{b}"] = build_schedule(
+            {"name": "speculative", "draft": constant, "k": k_max}, L, new_tokens
+        )
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     for size in draft_vocabs:
         vocab = list(dict.fromkeys([*eos, *range(size)]))[:size]
         schedules[f"{largest}-vocab{size}"] = schedules[largest].with_draft_vocab(vocab)
-    outputs: dict[str, torch.Tensor] = {}
+    outputs: dict[str, list[torch.Tensor]] = {}
 
-    def run_skip(name: str, schedule: Schedule) -> dict[str, Any]:
-        out = dec.generate(ids, schedule, new_tokens, mask, eos_token_id=[], decode_texts=False)
-        outputs[name] = out.generated_ids
-        st = out.stats
-        spec = st.speculation.as_dict() if st.speculation is not None else None
-        return {
-            "decode_s": st.decode_seconds,
-            "steps": st.decode_steps,
-            "layers_per_token": st.layers_per_token,
-            "speculation": spec,
-        }
+    def run(name: str, schedule: Schedule, work: list) -> dict[str, Any]:
+        decode, steps, tokens, counts, generated = 0.0, 0, 0, None, []
+        for ids, mask in work:
+            out = dec.generate(
+                ids, schedule, new_tokens, mask, eos_token_id=eos, decode_texts=False,
+                profile_rounds=ids.device.type == "cpu",
+            )  # fmt: skip
+            st = out.stats
+            decode += st.decode_seconds
+            steps += max(st.generated_lengths) - 1
+            tokens += sum(st.generated_lengths)
+            generated.append(out.generated_ids)
+            if st.speculation is not None:
+                counts = (
+                    st.speculation if counts is None else (counts.add(st.speculation) or counts)
+                )
+        outputs[name] = generated
+        spec = counts.as_dict() if counts is not None else None
+        return {"decode_s": decode, "steps": steps, "tokens": tokens, "speculation": spec}
 
-    def run_hf() -> dict[str, Any]:
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        _, decode = transformers_generate_seconds(model, ids, mask, new_tokens, pad)
-        return {"decode_s": decode, "steps": new_tokens - 1}
-
-    variants: dict[str, Callable[[], dict[str, Any]]] = {}
-    if with_transformers:
-        variants["transformers-generate"] = run_hf
-    for name, sched in schedules.items():
-        variants[name] = lambda name=name, sched=sched: run_skip(name, sched)
-    for fn in variants.values():  # warm-up
-        fn()
+    variants: dict[str, Callable[[list], dict[str, Any]]] = {
+        name: (lambda work, name=name, sched=sched: run(name, sched, work))
+        for name, sched in schedules.items()
+    }
+    for fn in variants.values():  # warm-up on the first batch
+        fn(batches[:1])
     samples: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, fn in variants.items():
-            samples[name].append(fn())
+            samples[name].append(fn(batches))
 
+    full_runs = samples["skipdecode-full"]
+    full_s = statistics.median(r["decode_s"] for r in full_runs)
+    full_steps = full_runs[0]["steps"]
     rows: dict[str, dict[str, Any]] = {}
     for name, runs in samples.items():
         decode = statistics.median(r["decode_s"] for r in runs)
-        rows[name] = {"ms_per_token": 1000 * decode / max(runs[0]["steps"], 1)}
-        if "layers_per_token" in runs[0]:
-            rows[name]["layers_per_token"] = runs[0]["layers_per_token"]
-        if runs[0].get("speculation"):
-            rows[name].update(
-                acceptance_rate=runs[0]["speculation"]["acceptance_rate"],
-                tokens_per_verify=runs[0]["speculation"]["tokens_per_verify"],
-                identical_to_full=bool(torch.equal(outputs[name], outputs["skipdecode-full"])),
+        row: dict[str, Any] = {
+            "decode_s": decode,
+            "ms_per_step_of_full": 1000 * decode / max(full_steps, 1),
+            "tokens": runs[0]["tokens"],
+            "speedup_vs_full": full_s / decode,
+        }
+        spec = runs[0]["speculation"]
+        if spec:
+            row.update(
+                acceptance_rate=spec["acceptance_rate"],
+                tokens_per_verify=spec["tokens_per_verify"],
+                acceptance_by_budget={
+                    str(b): v["acceptance_rate"] for b, v in spec["by_budget"].items()
+                },
+                identical_to_full=all(
+                    torch.equal(a, b)
+                    for a, b in zip(outputs[name], outputs["skipdecode-full"], strict=True)
+                ),
             )
-    full_ms = rows["skipdecode-full"]["ms_per_token"]
-    hf_ms = rows.get("transformers-generate", {}).get("ms_per_token")
-    for r in rows.values():
-        r["speedup_vs_full"] = full_ms / r["ms_per_token"]
-        if hf_ms:
-            r["speedup_vs_transformers"] = hf_ms / r["ms_per_token"]
+            if spec.get("phase_seconds"):
+                row["cost"] = round_cost(spec, full_s / max(full_steps, 1), full_steps)
+        rows[name] = row
+    constant = [f"{largest}-b{b}" for b in draft_budgets]
+    predicted = {n: (rows[n].get("cost") or {}).get("predicted_speedup") for n in constant}
+    if predicted and all(v is not None for v in predicted.values()):
+        rows[max(predicted, key=lambda n: predicted[n])]["chosen"] = True
+    first_ids = batches[0][0]
     return {
         "model": str(getattr(model.config, "_name_or_path", "") or model.config.model_type),
         "num_layers": L,
         "batch_size": batch_size,
-        "prompt_len": int(ids.shape[1]),
+        "prompts": prompts,
+        "batches": len(batches),
+        "prompt_len": int(first_ids.shape[1]),
         "new_tokens": new_tokens,
+        "stop_at_eos": True,
         "draft": draft,
         "repeats": repeats,
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "device": str(ids.device),
+        "device": str(first_ids.device),
         "threads": torch.get_num_threads(),
         "variants": rows,
     }
 
 
 def speculative_table(cells: list[dict[str, Any]]) -> str:
+    """Per variant: acceptance (overall; per draft budget, highest first), tokens per verify,
+    the round's cost split in full decode steps, the speedup it predicts and the measured one."""
     out = [
-        "| model | batch | variant | acceptance | tokens/verify | layers/token | ms/token | "
-        "vs full | vs transformers | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | batch | variant | acceptance | by draft budget | tokens/verify | "
+        "drafts/round | draft pass (head share) | verify | accept + bookkeeping | "
+        "predicted | measured vs full | ms/step of full | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         for name, r in c["variants"].items():
+            cost = r.get("cost") or {}
 
-            def f(key: str, fmt: str = "{:.2f}", r: dict = r) -> str:
-                return fmt.format(r[key]) if r.get(key) is not None else ""
+            def f(value: Any, fmt: str = "{:.2f}") -> str:
+                return fmt.format(value) if value is not None else ""
 
+            budgets = " ".join(
+                f"{b}:{v:.2f}" for b, v in (r.get("acceptance_by_budget") or {}).items()
+                if v is not None
+            )  # fmt: skip
+            draft = f(cost.get("draft_pass"))
+            if cost.get("head_share_of_draft") is not None:
+                draft += f" ({cost['head_share_of_draft']:.0%})"
+            other = None
+            if cost:
+                other = cost["accept_per_round"] + cost["bookkeeping_per_round"]
+            label = name + (" (chosen)" if r.get("chosen") else "")
             out.append(
-                f"| {Path(c['model']).name} | {c['batch_size']} | {name} | "
-                f"{f('acceptance_rate')} | {f('tokens_per_verify')} | {f('layers_per_token', '{:.1f}')} | "
-                f"{f('ms_per_token')} | {f('speedup_vs_full', '{:.2f}x')} | "
-                f"{f('speedup_vs_transformers', '{:.2f}x')} | {r.get('identical_to_full', '')} |"
+                f"| {Path(c['model']).name} | {c['batch_size']} | {label} | "
+                f"{f(r.get('acceptance_rate'))} | {budgets} | {f(r.get('tokens_per_verify'))} | "
+                f"{f(cost.get('drafts_per_round'))} | {draft} | "
+                f"{f(cost.get('verify_per_round'))} | {f(other)} | "
+                f"{f(cost.get('predicted_speedup'), '{:.2f}x')} | "
+                f"{f(r.get('speedup_vs_full'), '{:.2f}x')} | {f(r.get('ms_per_step_of_full'))} | "
+                f"{r.get('identical_to_full', '')} |"
             )
     return "\n".join(out) + "\n"
 
@@ -185,17 +281,35 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
+        "--draft-budgets",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also the largest k with a constant draft of b layers (each b)",
+    )
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=len(CHAT_PROMPTS),
+        help=f"the first N chat prompts (1-{len(CHAT_PROMPTS)}) are the workload",
+    )
+    p.add_argument(
         "--draft-vocabs",
         nargs="*",
         type=int,
         default=[],
         help="also the largest k with drafts over N tokens (each N): the subset draft head",
     )
-    add_run_options(p, name="speculative")
+    add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
     for n in args.draft_vocabs:
         if n < 1:
             p.error(f"--draft-vocabs: {n} is not allowed (a number of tokens >= 1)")
+    if not 1 <= args.prompts <= len(CHAT_PROMPTS):
+        p.error(f"--prompts: {args.prompts} is not allowed (1 to {len(CHAT_PROMPTS)})")
+    for b in args.draft_budgets:
+        if b < 2:
+            p.error(f"--draft-budgets: {b} is not allowed (layers >= 2: warm-up and top)")
     for k in args.ks:
         if k < 1:
             p.error(f"--ks: {k} is not allowed (k >= 1)")
@@ -222,8 +336,9 @@ def main(argv: list[str] | None = None) -> None:
             args.draft_speedup,
             args.new_tokens,
             args.repeats,
-            not args.no_transformers,
             tuple(args.draft_vocabs),
+            tuple(args.draft_budgets),
+            args.prompts,
         )
         cell["model"] = str(path)
         cells.append(cell)

@@ -248,6 +248,20 @@ def _build_linear(cfg: Mapping, num_layers: int, expected_length: int | None) ->
     )
 
 
+@register("budgets", method="skipdecode")
+def _build_budgets(cfg: Mapping, num_layers: int, expected_length: int | None) -> BudgetSchedule:
+    """``{name: budgets, budgets: [b0, b1, ...], warmup_layers?}``: explicit per-step budgets,
+    the last one held; ``budgets: [b]`` is a constant budget (e.g. a lossless-mode draft)."""
+    budgets = cfg.get("budgets")
+    require(
+        isinstance(budgets, Sequence) and not isinstance(budgets, str) and len(budgets) > 0,
+        "budgets",
+        budgets,
+        "a non-empty list of layer counts, e.g. [8]",
+    )
+    return BudgetSchedule(num_layers, int(cfg.get("warmup_layers", 1)), list(budgets))
+
+
 @register("target", method="skipdecode")
 def _build_target(cfg: Mapping, num_layers: int, expected_length: int | None) -> LinearSchedule:
     """``{name: target, target_speedup, warmup_layers?, spread?, expected_length?}``: built for
