@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 # No hub here: everything runs offline unless a user opts in (unset these to use the hub).
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
+# the default suite runs in two worker processes (one per core of the reference machine), one
+# torch thread each so that the two never oversubscribe the cores
+PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 .PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny e2e-suite reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
 
@@ -32,7 +35,7 @@ test: $(STAMP) ## Lint, then the default (fast) test suite offline (prepares Smo
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory smollm2 || { test -z "$$CI" && echo "WARNING: SmolLM2 conversion failed; real-weight tests will be skipped"; }
 	@$(MAKE) --no-print-directory gemma3 || { test -z "$$CI" && echo "WARNING: Gemma 3 conversion failed; its tests will be skipped"; }
-	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
+	$(OFFLINE) $(PYTEST_PARALLEL) $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 test-slow: $(STAMP) ## Run the slow tests (real SmolLM2 weights, long training runs)
 	$(OFFLINE) $(PY) -m pytest -m slow $(PYTEST_ARGS)

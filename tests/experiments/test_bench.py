@@ -107,6 +107,7 @@ def test_train_bench_writes_complete_json(tmp_path):
         assert row["tokens_per_s"] > 0 and row["step_ms"] > 0
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
     """The lossless-mode benchmark on SmolLM2 chat prompts, EOS on: acceptance overall and per
     draft budget, the round's cost split, a chosen constant draft, and every speculative output

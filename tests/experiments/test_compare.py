@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from test_sweep import _sweep
 
 METHODS = [
@@ -20,6 +21,7 @@ METHODS = [
 ]
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_every_method_trains_evaluates_and_aggregates(tmp_path):
     proc = _sweep(
         tmp_path, f"schedule={','.join(METHODS)}", "sweep.name=compare", "eval.calibration.limit=4"

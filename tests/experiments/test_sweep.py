@@ -181,6 +181,13 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
     cell = json.loads((sweep / "1" / "cell.json").read_text())
     assert cell["status"] == "ok" and cell["train_reused"] and cell["eval_reused"]
 
+
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
+def test_published_sweep_reruns_on_a_fresh_machine_and_repeats_exactly(tmp_path):
+    proc = _sweep(tmp_path, "schedule=full,target_2x")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    by_schedule = {r["schedule"]: r for r in csv.DictReader((sweep / "cells.csv").open())}
     # Published, restored into an empty cells directory (a fresh machine) and rerun: the
     # restored evaluations are the cells, nothing trains again, the table is the same.
     # this checkout may be dirty while developing: the refusal has its own test
@@ -375,6 +382,7 @@ def test_paired_bootstrap_sees_a_real_difference():
     assert d["ci95_low"] <= d["delta"] <= d["ci95_high"]
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_sweep_killed_mid_cell_resumes_on_rerun(tmp_path):
     """SIGKILL a sweep while its second cell trains, then run the same sweep again: the finished
     cell is reused, the interrupted one resumes from its last.ckpt, and the table is complete."""
@@ -460,6 +468,7 @@ def _outputs(sweep: Path) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_parallel_launchers_make_the_basic_launchers_table(tmp_path):
     cells = ["schedule=full,target_2x", "eval.speed.baseline=null"]
     basic = _sweep(tmp_path / "basic", *cells)
@@ -492,6 +501,7 @@ def test_parallel_launchers_make_the_basic_launchers_table(tmp_path):
     }
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
     # two cells, one training config, two evaluations (eval.limit differs), run at once
     proc = _sweep(

@@ -117,6 +117,7 @@ def test_resumed_run_trains_the_model_an_uninterrupted_run_trains(tmp_path: Path
     assert resumed["val/loss"] == straight["val/loss"]
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 @pytest.mark.skipif(
     not (SHARED_E2E / "devset.csv").is_file(),
     reason=f"real E2E files not found at {SHARED_E2E} (devset.csv)",
@@ -150,6 +151,7 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_ddp_two_cpu_processes_one_output_dir(tmp_path: Path) -> None:
     _cli(
         [
@@ -171,6 +173,7 @@ def test_ddp_two_cpu_processes_one_output_dir(tmp_path: Path) -> None:
     assert (runs[0] / "export" / "skipdecode.json").is_file()
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_hydra_multirun_over_experiments(tmp_path: Path) -> None:
     _cli(
         [
@@ -187,6 +190,7 @@ def test_hydra_multirun_over_experiments(tmp_path: Path) -> None:
     assert all((p / "metrics.json").is_file() for p in jobs)
 
 
+@pytest.mark.slow  # an end-to-end run of its own: make test-slow
 def test_sigkilled_run_resumes_with_its_whole_metrics_history(tmp_path: Path) -> None:
     """A real SIGKILL after the first checkpoints, then ``ckpt_path=last`` in the same run dir:
     the run ends at the right step and metrics.csv still holds the history before the kill."""
