@@ -11,6 +11,7 @@ from transformers import OPTConfig, OPTForCausalLM
 
 from skipdecode.core.acceptance import accept_sampled
 from skipdecode.core.engine import SkipDecoder
+from skipdecode.core.rounds import JUDGE_ROUNDS, Pace, PaceBook
 from skipdecode.schedules import FullSchedule, ScheduleError, SpeculativeSchedule, build_schedule
 from skipdecode.schedules.base import StaticSchedule, plan_loss_sums
 
@@ -216,6 +217,7 @@ def test_joint_recipe_trains_the_full_and_the_draft_plan():
         ({"draft": {"name": "speculative"}}, r"schedule\.draft\.name='speculative'"),
         ({"draft": None}, r"schedule\.draft=None"),
         ({"recipe": "both"}, r"schedule\.recipe='both' .*joint"),
+        ({"auto_off": "yes"}, r"schedule\.auto_off='yes' .*true or false"),
     ],
 )
 def test_bad_settings_are_refused_clearly(cfg, match):
@@ -297,3 +299,77 @@ def test_each_round_starts_after_the_furthest_accepted_position():
         ids, speculative("target_4x", k=5), N, mask, stop_at_eos=False, on_round=last_column
     )
     assert ends and all(ends)
+
+
+def test_pace_turns_speculation_off_once_it_is_slower_than_plain_steps():
+    slow = Pace()
+    slow.record(1.0, 1.0)  # the plain round: one token per row in 1 s
+    assert slow.plain_s == 1.0 and not slow.plain
+    for _ in range(JUDGE_ROUNDS - 1):
+        slow.record(2.0, 1.5)  # 1.5 tokens in 2 s: slower than plain, but not judged yet
+        assert not slow.off
+    slow.record(2.0, 1.5)
+    assert slow.off and slow.plain and slow.rounds == JUDGE_ROUNDS
+    slow.record(0.1, 5.0)  # once off, rounds are plain and not counted
+    assert slow.rounds == JUDGE_ROUNDS and slow.off
+    fast = Pace()
+    fast.record(1.0, 1.0)
+    for _ in range(2 * JUDGE_ROUNDS):
+        fast.record(1.5, 3.0)  # 3 tokens in 1.5 s: twice as fast as plain
+    assert fast.pays() and not fast.off
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_auto_off_keeps_the_output_and_stops_drafting_when_it_does_not_pay(monkeypatch, pays):
+    """The clock's verdict is forced both ways: the output is the full model's either way; a
+    batch that does not pay stops drafting after the judged rounds and runs plain rounds."""
+    monkeypatch.setattr(Pace, "pays", lambda self: pays)
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    ids, mask = left_padded_batch([6, 2, 9])
+    full = decoder.generate(ids, FullSchedule(L), N, mask, stop_at_eos=False)
+    out = decoder.generate(ids, speculative(k=3, auto_off=True), N, mask, stop_at_eos=False)
+    assert torch.equal(out.generated_ids, full.generated_ids)
+    c = out.stats.speculation
+    assert c.plain_rounds >= 1 and out.stats.budgets[0] == L  # the first round is plain
+    if pays:
+        assert c.turned_off == 0 and c.plain_rounds == 1
+        assert c.draft_passes >= c.rounds - 1  # every round after the first drafted
+    else:
+        assert c.turned_off == 1 and c.draft_passes <= 3 * JUDGE_ROUNDS
+        assert c.rounds == 1 + JUDGE_ROUNDS + (c.plain_rounds - 1)  # then plain to the end
+        after = c.plain_rounds - 1
+        assert after > 0 and out.stats.budgets[-after:] == [L] * after  # no draft pass after
+    assert speculative(k=3, auto_off=True).describe()["auto_off"] is True
+    assert "auto_off" not in speculative(k=3).describe()  # published configs unchanged
+
+
+def test_a_decoder_remembers_a_batch_size_that_did_not_pay(monkeypatch):
+    monkeypatch.setattr(Pace, "pays", lambda self: False)
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    sched = speculative(k=3, auto_off=True)
+    ids, mask = left_padded_batch([6, 2, 9])
+    full = decoder.generate(ids, FullSchedule(L), N, mask, stop_at_eos=False)
+    first = decoder.generate(ids, sched, N, mask, stop_at_eos=False)
+    again = decoder.generate(ids, sched, N, mask, stop_at_eos=False)
+    assert first.stats.speculation.turned_off == 1
+    c = again.stats.speculation  # plain from the start: no measuring, no judged rounds
+    assert c.draft_passes == 0 and c.plain_rounds == c.rounds and c.turned_off == 0
+    assert c.started_off == 1 and first.stats.speculation.started_off == 0
+    assert torch.equal(again.generated_ids, full.generated_ids)
+    two, two_mask = left_padded_batch([5, 7])  # another batch size is judged on its own
+    other = decoder.generate(two, sched, N, two_mask, stop_at_eos=False)
+    assert other.stats.speculation.turned_off == 1 and other.stats.speculation.draft_passes > 0
+
+
+def test_pace_book_judges_a_batch_size_again_after_retry_every_calls():
+    book, spec = PaceBook(retry_every=2), object()
+    judged = book.start(spec, 8)
+    assert not judged.off
+    judged.off = True  # this call found speculation slower
+    book.finish(spec, 8, judged)
+    for _ in range(2):
+        plain = book.start(spec, 8)
+        assert plain.off and plain.plain and plain.judged_before
+        book.finish(spec, 8, plain)
+    assert not book.start(spec, 8).off  # the third call measures again
+    assert not book.start(spec, 4).off and not book.start(object(), 8).off

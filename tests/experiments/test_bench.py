@@ -136,6 +136,7 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
             "10",
             "--draft-vocabs",
             "4096",
+            "--auto-off",
             f"--out={tmp_path}",
             "--name=spec",
         ]
@@ -150,6 +151,7 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
         "speculative-k2-b6",
         "speculative-k2-b10",
         "speculative-k2-vocab4096",
+        "speculative-k2-auto",
     }
     assert all(r["identical_to_full"] for n, r in rows.items() if n != "skipdecode-full")
     assert sum(bool(rows[f"speculative-k2-b{b}"].get("chosen")) for b in (6, 10)) == 1
@@ -160,4 +162,8 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
     assert cost["drafts_per_round"] > 0 and 0 < cost["head_share_of_draft"] < 1
     assert cost["verify_per_round"] > 0 and cost["predicted_speedup"] > 0
     assert spec["speedup_vs_full"] > 0
-    assert "| speculative-k2 |" in (tmp_path / "spec.md").read_text()
+    auto = rows["speculative-k2-auto"]  # its first round per batch is plain, decided or not
+    assert auto["plain_rounds"] >= cell["batches"]
+    assert 0 <= auto["turned_off"] + auto["started_off"] <= cell["batches"]
+    table = (tmp_path / "spec.md").read_text()
+    assert "| speculative-k2 |" in table and "speculative-k2-auto (off in " in table

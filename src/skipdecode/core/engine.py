@@ -23,6 +23,7 @@ from .masks import (
     position_ids_from_mask,
 )
 from .prompts import lengths_with_eos, prepare_inputs, special_ids
+from .rounds import PaceBook
 from .sampling import SamplingConfig, select_next
 from .speculative import RoundView, speculative_generate, speculative_output
 from .stats import GenerationOutput, GenerationStats
@@ -62,6 +63,8 @@ class SkipDecoder:
         if compile:
             mode = "default" if compile is True else str(compile)
             self.compiled = CompiledLayers(self.adapter, mode)
+        # the lossless mode's auto_off verdicts per batch size, kept across calls
+        self.paces = PaceBook()
 
     @property
     def num_layers(self) -> int:
@@ -211,7 +214,7 @@ class SkipDecoder:
             with eval_mode(self.model):  # draft plans nest per round (see core.speculative)
                 result = speculative_generate(
                     self, input_ids, attention_mask, speculation, max_new_tokens, sampling,
-                    eos_ids, pad_id, stop, on_round, profile_rounds,
+                    eos_ids, pad_id, stop, on_round, profile_rounds, self.paces,
                 )  # fmt: skip
             out = speculative_output(result, self.num_layers, input_ids, attention_mask)
             out.schedule = schedule.describe()

@@ -1,16 +1,23 @@
 """The state a speculative decode carries between rounds: the live rows, what a round leaves
-behind for inspection, and the clock that splits a round's time into its parts."""
+behind for inspection, the clock that splits a round's time into its parts, and the pace that
+decides whether speculating still pays for a batch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .clock import now
 
-__all__ = ["PhaseClock", "RoundView", "Rows"]
+__all__ = ["JUDGE_ROUNDS", "RETRY_EVERY", "Pace", "PaceBook", "PhaseClock", "RoundView", "Rows"]
+
+#: speculative rounds a batch times before ``auto_off`` may turn speculation off
+JUDGE_ROUNDS = 3
+#: calls of a batch size that decode plainly after it was judged not to pay, before one judges
+#: again (the prompt mix may have changed)
+RETRY_EVERY = 8
 
 
 @dataclass(frozen=True)
@@ -86,3 +93,70 @@ class PhaseClock:
         t = now(self.device)
         self.seconds[phase] = self.seconds.get(phase, 0.0) + t - self.last
         self.last = t
+
+
+@dataclass
+class Pace:
+    """Whether speculating pays for this batch, by the clock (``Speculation.auto_off``).
+
+    The batch's first round is plain (one full step, one token per row) and times a plain step
+    ``plain_s`` at this batch size. Every speculative round after it adds its seconds and the
+    tokens it gave the mean live row (a plain step gives one). From ``judge_after`` speculative
+    rounds on, speculation stays on only while those tokens, at ``plain_s`` each, took longer
+    than the rounds did: once it is slower than plain decoding, the rest of the batch decodes
+    plainly. The output does not depend on it (a plain round is a verify pass of one position),
+    only the speed does. A decoder keeps the verdicts (:class:`PaceBook`).
+    """
+
+    judge_after: int = JUDGE_ROUNDS
+    plain_s: float | None = None
+    spent_s: float = 0.0  # seconds of the speculative rounds
+    tokens: float = 0.0  # tokens per live row those rounds gave, summed over rounds
+    rounds: int = 0  # speculative rounds timed
+    off: bool = False
+    judged_before: bool = False  # off from the start: an earlier call of this batch size
+
+    @property
+    def plain(self) -> bool:
+        """Whether the next round runs plainly (the measuring round, or speculation off)."""
+        return self.plain_s is None or self.off
+
+    def record(self, seconds: float, tokens_per_row: float) -> None:
+        if self.plain_s is None:
+            self.plain_s = seconds / max(tokens_per_row, 1.0)
+            return
+        if self.off:
+            return
+        self.spent_s += seconds
+        self.tokens += tokens_per_row
+        self.rounds += 1
+        if self.rounds >= self.judge_after and not self.pays():
+            self.off = True
+
+    def pays(self) -> bool:
+        """Whether the timed speculative rounds beat plain steps for the same tokens."""
+        return self.plain_s is not None and self.tokens * self.plain_s > self.spent_s
+
+
+@dataclass
+class PaceBook:
+    """A decoder's ``auto_off`` verdicts across calls, per (speculation, batch size): a batch
+    size judged not to pay decodes its next ``retry_every`` calls plainly from the start (no
+    measuring round, no judged rounds), then is judged again."""
+
+    retry_every: int = RETRY_EVERY
+    # (id of the Speculation, batch size) -> (the Speculation, calls run plainly since)
+    plain_since: dict[tuple[int, int], tuple[Any, int]] = field(default_factory=dict)
+
+    def start(self, spec: Any, batch: int) -> Pace:
+        key = (id(spec), batch)
+        held = self.plain_since.get(key)
+        if held is not None and held[1] < self.retry_every:
+            self.plain_since[key] = (spec, held[1] + 1)
+            return Pace(plain_s=0.0, off=True, judged_before=True)
+        self.plain_since.pop(key, None)
+        return Pace()
+
+    def finish(self, spec: Any, batch: int, pace: Pace) -> None:
+        if pace.off and not pace.judged_before:
+            self.plain_since[(id(spec), batch)] = (spec, 0)

@@ -27,6 +27,14 @@ position (the columns past it, rejected by every row, are rewritten). Position i
 row's own tokens, so holes do not shift them. Finished rows leave the batch (the cache keeps
 only live rows), so they stop costing.
 
+Turning itself off. With ``auto_off`` a batch first runs one plain round (a verify pass of one
+position: one full step) and times it, then speculates; after a few timed rounds, once its
+rounds took longer than plain steps would have for the same tokens, the rest of the batch runs
+plain rounds (:class:`~skipdecode.core.rounds.Pace`). The decision is the batch's own, by the
+clock, so it follows the batch size, the prompt mix and the device; the output is the same. The
+decoder remembers it: its next calls of that batch size decode plainly from the start, and every
+``RETRY_EVERY``-th call is judged again (:class:`~skipdecode.core.rounds.PaceBook`).
+
 Accounting: every pass reports the layers it ran and for how many rows. ``layers_per_token`` is
 the layer passes (draft + verify, per row) per generated token after the first: what decoding
 costs when it is bound by reading weights, as small-batch decoding is; the verify pass computes
@@ -49,7 +57,7 @@ from .adapters import DecoderAdapter
 from .cache import KVCache
 from .clock import now
 from .masks import block_attention_mask
-from .rounds import PhaseClock, RoundView, Rows
+from .rounds import Pace, PaceBook, PhaseClock, RoundView, Rows
 from .sampling import SamplingConfig, probabilities, select_next
 from .stats import GenerationOutput, GenerationStats, SpeculationCounts
 from .step import Speculation
@@ -131,10 +139,12 @@ def speculative_generate(
     stop: bool,
     on_round: Callable[[RoundView], None] | None = None,
     profile: bool = False,
+    paces: PaceBook | None = None,
 ) -> SpeculativeResult:
     """Decode a left-padded batch speculatively (see the module docstring). ``on_round`` sees
     the cache and the live rows after every round (for tests and inspection); ``profile``
-    times the parts of every round (``counts.phase_seconds``)."""
+    times the parts of every round (``counts.phase_seconds``); ``paces``: the decoder's
+    ``auto_off`` verdicts from earlier calls (a fresh judgement per call without it)."""
     B, P = input_ids.shape
     N = max_new_tokens
     device = input_ids.device
@@ -154,6 +164,10 @@ def speculative_generate(
         result.lengths = [0] * B
         return result
     clock = PhaseClock(device, counts.phase_seconds if profile else None)
+    pace = None
+    if spec.auto_off:
+        pace = paces.start(spec, B) if paces is not None else Pace()
+        counts.started_off += int(pace.judged_before)
     state = Rows.start(input_ids, attention_mask, select_next(logits, sampling, generator), eos)
     out[:, 0] = state.token
     final_lengths = state.lengths.clone()  # per original row, EOS included
@@ -168,10 +182,12 @@ def speculative_generate(
             state = state.select(keep)
             cache.select_rows(keep)
         remaining = N - state.lengths
-        m_max = min(spec.k, int(remaining.max()) - 1)
+        plain = pace is not None and pace.plain
+        m_max = 0 if plain else min(spec.k, int(remaining.max()) - 1)
         cache.reserve(column + m_max + 1)
         state.reserve(column + m_max + 1)
         clock.lap("bookkeeping")
+        started = now(device) if pace is not None else 0.0
         column = _round(
             decoder,
             cache,
@@ -187,6 +203,11 @@ def speculative_generate(
             subset,
             clock,
         )
+        if pace is not None:
+            counts.plain_rounds += int(plain)
+            was_off = pace.off
+            pace.record(now(device) - started, float(state.new_counts.float().mean()))
+            counts.turned_off += int(pace.off and not was_off)
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
             n_new = int(state.new_counts[r])
             start = int(state.lengths[r]) - n_new
@@ -195,6 +216,8 @@ def speculative_generate(
         if on_round is not None:
             on_round(RoundView(cache, state.rows, state.visible[:, :column], state.lengths))
     clock.lap("bookkeeping")
+    if pace is not None and paces is not None:
+        paces.finish(spec, B, pace)
     result.decode_seconds = now(device) - t1
     result.lengths = [int(n) for n in final_lengths.tolist()]
     return result

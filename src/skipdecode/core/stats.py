@@ -22,6 +22,12 @@ class SpeculationCounts:
     draft_passes: int = 0
     verify_passes: int = 0
     verify_positions: int = 0  # positions the verify passes computed, over rows
+    # auto_off: plain rounds (a verify pass of one position, no draft: one full step), the
+    # calls that turned speculation off for the rest of their batch, and the calls that ran
+    # plainly from the start (an earlier call of their batch size had turned it off)
+    plain_rounds: int = 0
+    turned_off: int = 0
+    started_off: int = 0
     # per draft budget (layers of the pass that drafted): [proposals, accepted]
     by_budget: dict[int, list[int]] = field(default_factory=dict)
     # seconds per part of a round, when timed (``profile_rounds``): draft layers, draft head

@@ -108,18 +108,23 @@ class PositionPlan(Protocol):
 @dataclass(frozen=True)
 class Speculation:
     """A draft plan (its layers per generation step), the draft length ``k``, the optional
-    confidence ``threshold`` under which a row stops drafting, and the optional vocabulary
-    subset the draft passes score."""
+    confidence ``threshold`` under which a row stops drafting, the optional vocabulary
+    subset the draft passes score, and ``auto_off``: time a plain step and the first rounds,
+    and decode the rest of the batch plainly once speculating is slower (:class:`~skipdecode.
+    core.rounds.Pace`)."""
 
     draft: PositionPlan
     k: int
     threshold: float | None = None
     # token ids the draft passes score (core.subset_head); None: the whole vocabulary
     draft_vocab: Sequence[int] | None = None
+    auto_off: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"schedule.k={self.k!r} is not allowed: an integer >= 1")
+        if not isinstance(self.auto_off, bool):
+            raise ValueError(f"schedule.auto_off={self.auto_off!r} is not allowed: true or false")
         if self.threshold is not None and not 0.0 < float(self.threshold) < 1.0:
             raise ValueError(
                 f"schedule.threshold={self.threshold!r} is not allowed: null (always draft k "

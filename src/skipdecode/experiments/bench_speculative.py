@@ -7,7 +7,11 @@ make. Variants, interleaved and repeated (median of the workload's total decode 
 warm-up on its first batch): skipdecode ``full`` (the baseline: plain decoding of the same
 model on the same path), ``speculative`` with the SkipDecode target plan as draft for each
 ``k``, and with constant-budget drafts (``--draft-budgets``: ``{name: budgets, budgets: [b]}``)
-and drafts over vocabulary subsets (``--draft-vocabs``) at the largest ``k``. Every speculative
+and drafts over vocabulary subsets (``--draft-vocabs``) at the largest ``k``; with
+``--auto-off`` also the largest ``k`` with ``auto_off`` (each batch times a plain step and its
+first rounds and decodes plainly once speculating is slower; the label says in how many of the
+workload's batches it was off: turned off, or off from the start because an earlier call of the
+same batch size, the warm-up included, had turned it off). Every speculative
 output is checked to be the full model's, token for token; every variant runs the same tokens.
 
 Per variant: acceptance overall and per draft budget, tokens per verify, and the round's cost
@@ -121,12 +125,14 @@ def bench_speculative(
     draft_vocabs: tuple[int, ...] = (),
     draft_budgets: tuple[int, ...] = (),
     prompts: int = len(CHAT_PROMPTS),
+    auto_off: bool = False,
 ) -> dict[str, Any]:
     """One batch size: every variant over the whole workload, interleaved, median of
     ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
     drafts over N tokens: the tokenizer's first N ids (a BPE vocabulary's merge order, a
     frequency proxy where there are no training targets) and EOS. ``draft_budgets``: the
-    largest k with a constant draft of b layers (warm-up layer plus the top b - 1)."""
+    largest k with a constant draft of b layers (warm-up layer plus the top b - 1).
+    ``auto_off``: the largest k again, turning itself off where it does not pay."""
     dec = SkipDecoder(model, tokenizer)
     L = dec.num_layers
     batches = _chat_batches(tokenizer, batch_size, prompts)
@@ -142,6 +148,10 @@ def bench_speculative(
         constant = {"name": "budgets", "budgets": [b], "warmup_layers": 1}
         schedules[f"{largest}-b{b}"] = build_schedule(
             {"name": "speculative", "draft": constant, "k": k_max}, L, new_tokens
+        )
+    if auto_off:
+        schedules[f"{largest}-auto"] = build_schedule(
+            {"name": "speculative", "draft": draft, "k": k_max, "auto_off": True}, L, new_tokens
         )
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     for size in draft_vocabs:
@@ -200,6 +210,9 @@ def bench_speculative(
                 acceptance_by_budget={
                     str(b): v["acceptance_rate"] for b, v in spec["by_budget"].items()
                 },
+                turned_off=spec["turned_off"],
+                started_off=spec["started_off"],
+                plain_rounds=spec["plain_rounds"],
                 identical_to_full=all(
                     torch.equal(a, b)
                     for a, b in zip(outputs[name], outputs["skipdecode-full"], strict=True)
@@ -258,6 +271,9 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
             if cost:
                 other = cost["accept_per_round"] + cost["bookkeeping_per_round"]
             label = name + (" (chosen)" if r.get("chosen") else "")
+            if name.endswith("-auto"):
+                off = r.get("turned_off", 0) + r.get("started_off", 0)
+                label += f" (off in {off}/{c['batches']} batches)"
             out.append(
                 f"| {Path(c['model']).name} | {c['batch_size']} | {label} | "
                 f"{f(r.get('acceptance_rate'))} | {budgets} | {f(r.get('tokens_per_verify'))} | "
@@ -300,6 +316,11 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="also the largest k with drafts over N tokens (each N): the subset draft head",
     )
+    p.add_argument(
+        "--auto-off",
+        action="store_true",
+        help="also the largest k with auto_off (plain decoding once speculating is slower)",
+    )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
     for n in args.draft_vocabs:
@@ -339,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
             tuple(args.draft_vocabs),
             tuple(args.draft_budgets),
             args.prompts,
+            args.auto_off,
         )
         cell["model"] = str(path)
         cells.append(cell)

@@ -12,6 +12,9 @@ The output is the full model's, token for token when greedy and in distribution 
     draft_weight: 1.0                          # joint: loss = full-plan + draft_weight * draft
     draft_vocab: null                          # or N: drafts score only the N tokens most
                                                # frequent in the training targets (exact still)
+    auto_off: false                            # or true: a batch times a plain step and its
+                                               # first rounds, and decodes plainly once
+                                               # speculating is slower (exact still)
 
 Training. A model fine-tuned only under its skip plan degrades with all layers, and the full
 model is the verifier. ``recipe: joint`` trains both paths on every batch (the mean target-token
@@ -62,6 +65,7 @@ class SpeculativeSchedule(Schedule):
         recipe: str = "joint",
         draft_weight: float = 1.0,
         draft_vocab: int | Sequence[int] | None = None,
+        auto_off: bool = False,
     ):
         super().__init__(draft.num_layers)
         require(
@@ -95,12 +99,14 @@ class SpeculativeSchedule(Schedule):
         )
         self.draft_vocab_size: int | None = size
         self.draft_vocab: list[int] | None = ids
-        self._speculation = Speculation(draft, k, threshold, ids)  # checks k and threshold
+        # checks k, threshold and auto_off
+        self._speculation = Speculation(draft, k, threshold, ids, auto_off)
         self.draft = draft
         self.k = k
         self.threshold = threshold
         self.recipe = recipe
         self.draft_weight = float(draft_weight)
+        self.auto_off = auto_off
 
     def start(self, batch_size: int) -> ScheduleRun:
         raise TypeError("a speculative schedule decodes through SkipDecoder.generate only")
@@ -118,7 +124,13 @@ class SpeculativeSchedule(Schedule):
         """This schedule, drafting over the token ``ids`` (e.g. :func:`~skipdecode.core.
         subset_head.frequency_ranked_vocab` of the training targets)."""
         return SpeculativeSchedule(
-            self.draft, self.k, self.threshold, self.recipe, self.draft_weight, list(ids)
+            self.draft,
+            self.k,
+            self.threshold,
+            self.recipe,
+            self.draft_weight,
+            list(ids),
+            self.auto_off,
         )
 
     def loss_sums(
@@ -148,6 +160,7 @@ class SpeculativeSchedule(Schedule):
             "recipe": self.recipe,
             "draft_weight": self.draft_weight,
             **({"draft_vocab": self.draft_vocab_size} if self.draft_vocab_size else {}),
+            **({"auto_off": True} if self.auto_off else {}),
         }
 
 
@@ -183,4 +196,5 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedu
         recipe=str(cfg.get("recipe", "joint")),
         draft_weight=cfg.get("draft_weight", 1.0),
         draft_vocab=cfg.get("draft_vocab"),
+        auto_off=cfg.get("auto_off", False),
     )
