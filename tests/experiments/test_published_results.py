@@ -24,9 +24,18 @@ from skipdecode.experiments.table import collect, format_markdown, format_result
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PUBLISHED = sorted(p for p in RESULTS.glob("*") if (p / "results.md").is_file())
+# the largest table (51 cells) is checked by make test-slow; the others in the default suite
+LARGEST = "e2e_smollm2_gpu"
 
 
-@pytest.mark.parametrize("published", PUBLISHED, ids=lambda p: p.name)
+def _cases(dirs: list[Path]) -> list:
+    return [
+        pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name == LARGEST else [])
+        for p in dirs
+    ]
+
+
+@pytest.mark.parametrize("published", _cases(PUBLISHED))
 def test_committed_tables_are_rebuilt_from_committed_records(published):
     rows = collect(published)
     # some cells finished; a failed one (e.g. out of GPU memory) says why; a partial
@@ -46,7 +55,7 @@ def test_committed_tables_are_rebuilt_from_committed_records(published):
 WITH_IDENTITIES = [p for p in PUBLISHED if any(p.glob(f"*/{IDENTITY_FILE}"))]
 
 
-@pytest.mark.parametrize("published", WITH_IDENTITIES, ids=lambda p: p.name)
+@pytest.mark.parametrize("published", _cases(WITH_IDENTITIES))
 def test_published_cells_are_the_cells_their_commands_train_now(published):
     """Each published cell's identity is the one its sweep command computes from today's
     configs in this checkout: a rerun after ``--restore`` reuses it instead of training again.

@@ -63,8 +63,7 @@ class SkipDecoder:
         if compile:
             mode = "default" if compile is True else str(compile)
             self.compiled = CompiledLayers(self.adapter, mode)
-        # the lossless mode's auto_off verdicts per batch size, kept across calls
-        self.paces = PaceBook()
+        self.paces = PaceBook()  # the lossless mode's auto_off verdicts, kept across calls
 
     @property
     def num_layers(self) -> int:
@@ -206,11 +205,8 @@ class SkipDecoder:
         n_steps = max(0, max_new_tokens - 1)
         speculation = schedule.speculation()
         if speculation is not None:
-            if return_logits:
-                raise ValueError(
-                    "return_logits=True is not available with a speculative schedule (its "
-                    "tokens come from verify passes, several per pass)"
-                )
+            if return_logits:  # its tokens come from verify passes, several per pass
+                raise ValueError("return_logits=True is not available with a speculative schedule")
             with eval_mode(self.model):  # draft plans nest per round (see core.speculative)
                 result = speculative_generate(
                     self, input_ids, attention_mask, speculation, max_new_tokens, sampling,
