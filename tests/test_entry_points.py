@@ -37,16 +37,15 @@ def test_readme_lists_every_make_target_as_make_help_does():
     assert documented == {t: d.replace("|", "/") for t, d in targets.items()}
 
 
-def test_pyproject_installs_every_console_script():
-    text = (ROOT / "pyproject.toml").read_text()
-    section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
-    assert set(re.findall(r"^(skipdecode-[a-z]+) = ", section, re.M)) == set(SCRIPTS)
-
-
 def _entry_points() -> dict[str, str]:
+    """pyproject's console scripts: name -> ``module:function``."""
     text = (ROOT / "pyproject.toml").read_text()
     section = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]
     return dict(re.findall(r'^(skipdecode-[a-z]+) = "([a-z_.]+:[a-z_]+)"', section, re.M))
+
+
+def test_pyproject_installs_every_console_script():
+    assert set(_entry_points()) == set(SCRIPTS)
 
 
 def test_every_entry_point_help_says_what_it_does():

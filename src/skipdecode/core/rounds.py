@@ -122,10 +122,11 @@ class Pace:
         return self.plain_s is None or self.off
 
     def record(self, seconds: float, tokens_per_row: float) -> None:
+        """Time one round (the first is the plain one); a pace that is off records nothing."""
+        if self.off:
+            return
         if self.plain_s is None:
             self.plain_s = seconds / max(tokens_per_row, 1.0)
-            return
-        if self.off:
             return
         self.spent_s += seconds
         self.tokens += tokens_per_row
@@ -153,7 +154,7 @@ class PaceBook:
         held = self.plain_since.get(key)
         if held is not None and held[1] < self.retry_every:
             self.plain_since[key] = (spec, held[1] + 1)
-            return Pace(plain_s=0.0, off=True, judged_before=True)
+            return Pace(off=True, judged_before=True)
         self.plain_since.pop(key, None)
         return Pace()
 

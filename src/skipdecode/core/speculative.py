@@ -187,7 +187,8 @@ def speculative_generate(
         cache.reserve(column + m_max + 1)
         state.reserve(column + m_max + 1)
         clock.lap("bookkeeping")
-        started = now(device) if pace is not None else 0.0
+        timed = pace is not None and not pace.off  # an off pace needs no clock (a GPU sync)
+        started = now(device) if timed else 0.0
         column = _round(
             decoder,
             cache,
@@ -203,11 +204,10 @@ def speculative_generate(
             subset,
             clock,
         )
-        if pace is not None:
-            counts.plain_rounds += int(plain)
-            was_off = pace.off
+        counts.plain_rounds += int(plain)
+        if timed:
             pace.record(now(device) - started, float(state.new_counts.float().mean()))
-            counts.turned_off += int(pace.off and not was_off)
+            counts.turned_off += int(pace.off)
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
             n_new = int(state.new_counts[r])
             start = int(state.lengths[r]) - n_new
