@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-tiny e2e-suite reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -90,6 +90,18 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 		schedule=$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2
+
+# The length rule and the calibration size on real weights (seed 1): the target rule fitted over
+# every validation target length, and adaptive SkipDecode calibrated on every validation input,
+# beside the published full and target_2x cells (restored, not retrained).
+reproduce-cpu-fit: $(STAMP) smollm2 ## SmolLM2 on E2E, seed 1: target_2x fitted to the validation lengths, adaptive_2x calibrated on every validation input, beside published full/target_2x -> results/e2e_smollm2_fit
+	@test ! -d results/e2e_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2 --cells-dir outputs/sweep_cells
+	@test ! -d results/e2e_smollm2_fit || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_fit --cells-dir outputs/sweep_cells
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_fit seed=1 \
+		schedule=full,target_2x,target_2x_validation_lengths,adaptive_2x eval.calibration.limit=null $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_fit --publish results/e2e_smollm2_fit
+	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2_fit
 
 # The second pretrained family (issue: a second family): Gemma 3 270M on E2E with the CPU recipe
 # of e2e_smollm2, the SkipDecode curve first, then the other methods at 2x, then more seeds.
@@ -105,6 +117,7 @@ reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 
 		schedule=full,target_2x,target_4x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(GEMMA3_SWEEPS) --publish results/e2e_gemma3
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_gemma3
+	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_gemma3
 
 # The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
 # seeds in one multirun, GPU_JOBS cells at a time on the one GPU: by default as many as the free
@@ -121,9 +134,13 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 		schedule=full,target_2x,target_3x,target_4x,target_5x,$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_gpu --publish results/e2e_smollm2_gpu --update
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2_gpu
+	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2_gpu
 
 e2e-suite: $(STAMP) ## E2E's own metrics (BLEU, NIST, METEOR, ROUGE-L, CIDEr; needs Java) for the published E2E tables -> results/*/e2e_suite.md
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2 results/e2e_smollm2_gpu results/e2e_gemma3
+
+reach: $(STAMP) ## Target vs planned vs reached speedup of every cell of the published E2E tables, and where they part -> results/*/reach.md
+	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2 results/e2e_smollm2_gpu results/e2e_gemma3
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \

@@ -260,3 +260,52 @@ def test_evaluation_runs_land_under_the_log_dir(tmp_path):
     assert run_dir.parent == tmp_path / "evaluate" / "runs"
     default = compose("evaluate", ["checkpoint=x"], return_hydra_config=True)
     assert Path(default.hydra.run.dir).is_absolute()  # the repository's outputs/, from any cwd
+
+
+def _validation(model_dir):
+    """The tokenizer and the validation (source, reference) pairs of the model's dataset."""
+    from skipdecode.data.datasets import load_split
+    from skipdecode.evaluation.inputs import dataset_settings
+    from skipdecode.models.loading import load_pretrained_dir
+
+    _, tokenizer, meta = load_pretrained_dir(model_dir)
+    settings = dataset_settings({}, meta)
+    kwargs = {k: v for k, v in settings.items() if k not in ("name", "max_source_tokens")}
+    return tokenizer, load_split(settings["name"], "validation", **kwargs)
+
+
+def test_calibration_uses_every_validation_input_unless_limited(model_dir, tmp_path):
+    from skipdecode.data.datasets import group_by_source
+
+    fast = ("schedule=calm_2x", "eval.calibration.iterations=1", "eval.speed.baseline=null")
+    record = evaluate(_cfg(model_dir, tmp_path / "all", *fast, "eval.limit=2"))
+    inputs = len(group_by_source(_validation(model_dir)[1]))
+    assert record["schedule"]["calibration"]["num_inputs"] == inputs > 3
+    limited = evaluate(
+        _cfg(model_dir, tmp_path / "3", *fast, "eval.limit=2", "eval.calibration.limit=3")
+    )
+    assert limited["schedule"]["calibration"]["num_inputs"] == 3
+    with pytest.raises(EvaluationError, match=r"eval.calibration.limit=0; allowed: null"):
+        evaluate(_cfg(model_dir, tmp_path / "0", *fast, "eval.calibration.limit=0"))
+    assert not (tmp_path / "0" / "record.json").exists()
+
+
+def test_a_target_schedule_fitted_to_the_validation_lengths(model_dir, tmp_path):
+    from skipdecode.data.datasets import get_task, target_lengths
+    from skipdecode.schedules import linear_for_speedup
+
+    record = evaluate(
+        _cfg(
+            model_dir, tmp_path, "schedule=target_2x", "schedule.lengths=validation", "eval.limit=2"
+        )
+    )
+    tokenizer, pairs = _validation(model_dir)
+    lengths = target_lengths(pairs, tokenizer, task=get_task("synthetic"))
+    assert len(set(lengths)) > 1  # a distribution, not one length
+    L = record["schedule"]["num_layers"]
+    fitted = linear_for_speedup(L, 2, record["schedule"]["expected_length"], lengths=lengths)
+    assert {k: record["schedule"][k] for k in ("max_layers", "min_layers", "decay_tokens")} == {
+        "max_layers": fitted.max_layers,
+        "min_layers": fitted.min_layers,
+        "decay_tokens": fitted.decay_tokens,
+    }

@@ -12,8 +12,10 @@ from exports import make_fake_sweep
 from skipdecode.experiments.aggregate import aggregate
 from skipdecode.experiments.identity import (
     IDENTITY_FILE,
+    calibrates,
     cell_identity,
     directory_fingerprint,
+    eval_identity,
     identity_hash,
 )
 from skipdecode.experiments.publish import publish, restore
@@ -139,3 +141,24 @@ def test_identity_records_the_real_model_sizes_outside_the_cell_id(tmp_path):
         "vocab_size": 49152,
         "num_parameters": 17,
     }
+
+
+def test_a_later_schedule_setting_at_its_default_keeps_the_published_cell_id(tmp_path):
+    cfg = _cfg(_data(tmp_path / "e2e"))
+    cfg["schedule"] = {"name": "target", "target_speedup": 2}
+    published = cell_identity(cfg)
+    assert cell_identity({**cfg, "schedule": {**cfg["schedule"], "lengths": "median"}}) == published
+    fitted = cell_identity({**cfg, "schedule": {**cfg["schedule"], "lengths": "validation"}})
+    assert fitted[0] != published[0] and fitted[1]["schedule"]["lengths"] == "validation"
+
+
+def test_calibration_settings_name_the_evaluation_only_of_a_schedule_that_calibrates():
+    ev = {"split": "test", "calibration": {"split": "validation", "limit": 32, "iterations": 8}}
+    every = {**ev, "calibration": {**ev["calibration"], "limit": None}}
+    for schedule in ({"name": "full"}, {"name": "calm", "threshold": 0.9}, {"name": "target"}):
+        assert not calibrates(schedule)
+        assert eval_identity(every, schedule) == eval_identity(ev, schedule) == eval_identity(ev)
+    for schedule in ({"name": "calm", "threshold": None}, {"name": "adaptive"}):
+        assert calibrates(schedule)
+        assert eval_identity(ev, schedule) == eval_identity(ev)  # as published
+        assert eval_identity(every, schedule) != eval_identity(ev, schedule)

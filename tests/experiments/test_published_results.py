@@ -72,6 +72,24 @@ def test_published_cells_are_the_cells_their_commands_train_now(published):
         assert cell_identity(cfg) == (identity_hash(ident), without_sizes(ident)), identity_file
 
 
+@pytest.mark.parametrize("published", _cases(WITH_IDENTITIES))
+def test_published_evaluations_are_the_evaluations_their_commands_run_now(published):
+    """Each published evaluation's id (``eval-<id>`` in its source) is the one its sweep
+    command computes from today's configs: a rerun after ``--restore`` reuses the record.
+    Fails when an evaluation default changed since publication for a schedule it affects."""
+    from skipdecode.experiments.identity import eval_identity
+    from skipdecode.experiments.sweep import _resolved_without_paths_output
+
+    for cell_file in sorted(published.glob("*/cell.json")):
+        cell = json.loads(cell_file.read_text())
+        if cell.get("status") != "ok" or "/eval-" not in str(cell.get("source")):
+            continue
+        overrides = [o for o in cell["overrides"] if not o.startswith(("sweep.", "paths."))]
+        cfg = _resolved_without_paths_output(compose("sweep", overrides))
+        published_id = str(cell["source"]).rsplit("/eval-", 1)[1]
+        assert eval_identity(dict(cfg["eval"]), cfg["schedule"]) == published_id, cell_file
+
+
 def test_publish_copies_records_and_rebuilds_the_tables(tmp_path):
     sweep = make_fake_sweep(tmp_path / "sweep")
     aggregate(sweep, plots=False)

@@ -163,3 +163,39 @@ def test_presets_follow_the_rule(path: Path):
     assert (
         abs(s.mean_layers([cfg["decay_tokens"]]) - cfg["num_layers"] / cfg["target_speedup"]) <= 0.5
     )
+
+
+def test_target_rule_fitted_to_a_length_distribution_meets_its_mean_there():
+    """``lengths``: the mean budget per generated token over sequences of those lengths is the
+    target within rounding; short and long outputs pull it away from the median-only fit."""
+    L, N = 30, 29
+    lengths = [12] * 40 + [29] * 20 + [60] * 40  # median 29, widely spread
+    median_fit = linear_for_speedup(L, 2, N)
+    spread_fit = linear_for_speedup(L, 2, N, lengths=lengths)
+    assert abs(spread_fit.mean_layers(lengths) - L / 2) <= 0.5
+    assert abs(median_fit.mean_layers(lengths) - L / 2) > abs(
+        spread_fit.mean_layers(lengths) - L / 2
+    )
+    assert spread_fit.decay_tokens == N  # the decay still spans the expected length
+
+
+def test_target_schedule_built_from_validation_lengths_only_when_asked_and_given():
+    cfg = {"name": "target", "target_speedup": 2, "lengths": "validation"}
+    lengths = [12] * 40 + [29] * 20 + [60] * 40
+    built = build_schedule(cfg, 30, 29, lengths)
+    assert built.describe() == linear_for_speedup(30, 2, 29, lengths=lengths).describe()
+    same = build_schedule({**cfg, "lengths": "median"}, 30, 29, lengths)
+    assert (
+        same.describe()
+        == build_schedule({"name": "target", "target_speedup": 2}, 30, 29).describe()
+    )
+    with pytest.raises(ScheduleError, match="schedule.lengths=validation .* none were given"):
+        build_schedule(cfg, 30, 29)
+    with pytest.raises(ScheduleError, match="schedule.lengths='mean'; allowed: median, validation"):
+        build_schedule({**cfg, "lengths": "mean"}, 30, 29, lengths)
+    with pytest.raises(
+        ScheduleError, match="applies to schedule.name=target only, not 'early_exit'"
+    ):
+        build_schedule(
+            {"name": "early_exit", "target_speedup": 2, "lengths": "validation"}, 30, 29, lengths
+        )

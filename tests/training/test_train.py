@@ -121,3 +121,25 @@ def test_wandb_logger_is_offline_and_writes_into_output_dir(tmp_path: Path, monk
     wandb_logger = [lg for lg in loggers if type(lg).__name__ == "WandbLogger"][0]
     assert wandb_logger._offline is True
     assert Path(wandb_logger.save_dir) == tmp_path
+
+
+def test_a_target_schedule_is_fitted_to_the_validation_lengths_when_asked(tmp_path: Path) -> None:
+    """``schedule.lengths=validation``: the trained schedule is the target rule fitted over every
+    validation target length; run_info records what it plans there."""
+    import json
+
+    from skipdecode.data import get_task, target_lengths
+    from skipdecode.schedules import linear_for_speedup
+
+    over = ["schedule=target_3x", "schedule.lengths=validation", "+trainer.fast_dev_run=1"]
+    cfg = make_cfg(tmp_path, over)
+    _, objects = train(cfg)
+    data = objects["datamodule"]
+    settings = dataset_settings(OmegaConf.to_container(cfg.dataset, resolve=True))
+    val = load_examples(settings, "validation")
+    lengths = target_lengths(val, data.tokenizer, task=get_task(settings["name"]))
+    assert lengths == data.validation_lengths and len(set(lengths)) > 1
+    fitted = linear_for_speedup(cfg.model.num_layers, 3, data.expected_length, lengths=lengths)
+    assert objects["schedule"] == fitted.describe()
+    info = json.loads((tmp_path / "run_info.json").read_text())
+    assert info["planned_speedup"] == pytest.approx(fitted.theoretical_speedup(lengths))

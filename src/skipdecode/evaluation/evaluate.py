@@ -42,6 +42,7 @@ from .inputs import (
     load_examples,
     load_model,
     resolve_schedule,
+    validation_lengths,
 )
 from .metrics import compute_all
 from .metrics.outputs import output_statistics
@@ -122,8 +123,11 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
         held_out = load_examples(settings, "validation", EXPECTED_LENGTH_SOURCES)
         expected = median_target_length(held_out, tokenizer, task=task)
         expected_source = f"median target length of {len(held_out)} validation inputs"
+    lengths = None
+    if (c.get("schedule") or {}).get("lengths") == "validation":  # fitted to them: never test
+        lengths = validation_lengths(settings, tokenizer, task)
     schedule, origin = resolve_schedule(
-        c.get("schedule"), lm.meta, decoder.num_layers, int(expected)
+        c.get("schedule"), lm.meta, decoder.num_layers, int(expected), lengths
     )
     size = getattr(schedule, "draft_vocab_size", None)
     if size and getattr(schedule, "draft_vocab", None) is None:  # lossless mode, subset head

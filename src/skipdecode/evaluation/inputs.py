@@ -18,7 +18,7 @@ import torch
 
 from ..core.engine import SkipDecoder
 from ..data.collate import encode_prompt, left_pad
-from ..data.datasets import group_by_source, load_split
+from ..data.datasets import group_by_source, load_split, target_lengths
 from ..models.loading import load_pretrained_dir
 from ..schedules import Schedule, ScheduleError, build_schedule
 from ..training.export import export_checkpoint
@@ -34,6 +34,7 @@ __all__ = [
     "dataset_settings",
     "load_examples",
     "encode_prompts",
+    "validation_lengths",
 ]
 
 
@@ -110,6 +111,7 @@ def resolve_schedule(
     meta: Mapping[str, Any],
     num_layers: int,
     expected_length: int,
+    lengths: Sequence[int] | None = None,
 ) -> tuple[Schedule, str]:
     if override:
         spec, origin = dict(override), "override"
@@ -121,7 +123,7 @@ def resolve_schedule(
             "choose one with schedule=<name> (e.g. schedule=full or schedule=target_2x)"
         )
     try:
-        return build_schedule(spec, num_layers, expected_length=expected_length), origin
+        return build_schedule(spec, num_layers, expected_length, lengths), origin
     except (ScheduleError, KeyError, TypeError) as e:
         raise EvaluationError(
             f"schedule ({origin}: {spec}) is incompatible with the {num_layers}-layer model: {e}"
@@ -139,7 +141,12 @@ def calibrate(
     """Tune a schedule that needs it (CALM's threshold) on *validation* prompts, never on the
     test prompts being scored; returns the tuned schedule and what the tuning found."""
     split = cfg.get("split", "validation")
-    limit = int(cfg.get("limit", 32))
+    limit = cfg.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise EvaluationError(
+            f"eval.calibration.limit={limit!r}; allowed: null (every {split} input) or an "
+            "integer >= 1 (the first N inputs)"
+        )
     examples = load_examples(dict(data_settings), split, limit)
     max_source = int(data_settings.get("max_source_tokens") or task.max_source_tokens)
     prompts, _ = encode_prompts(decoder.tokenizer, task, [ex.source for ex in examples], max_source)
@@ -182,6 +189,15 @@ def load_examples(settings: Mapping[str, Any], split: str, limit: int | None) ->
     if not grouped:
         raise EvaluationError(f"dataset {settings['name']!r} split {split!r} has no inputs")
     return grouped
+
+
+def validation_lengths(settings: Mapping[str, Any], tokenizer: Any, task: Any) -> list[int]:
+    """Every target length (tokens, EOS included) of the validation split, one per (source,
+    reference) pair as training sees them: what ``schedule.lengths: validation`` fits to."""
+    kwargs = {k: v for k, v in settings.items() if k not in ("name", "max_source_tokens")}
+    return target_lengths(
+        load_split(settings["name"], "validation", **kwargs), tokenizer, task=task
+    )
 
 
 def draft_vocabulary(settings: Mapping[str, Any], tokenizer: Any, size: int) -> list[int]:

@@ -22,6 +22,7 @@ __all__ = [
     "IDENTITY_FILE",
     "cell_identity",
     "eval_identity",
+    "calibrates",
     "identity_hash",
     "portable_identity",
     "directory_fingerprint",
@@ -41,9 +42,21 @@ _FINGERPRINT_PREFIX = "files-sha256:"
 SIZES_KEY = "model_sizes"
 
 
+#: Schedule settings added after cells were published: at these values they are left out of
+#: the identity, so a published cell keeps its id (any other value is a new cell).
+_LATER_SCHEDULE_DEFAULTS: dict[str, Any] = {"lengths": "median"}
+
+
 def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(id, identity config)``: a 12-hex-digit hash of the training-relevant config."""
     ident = portable_identity({k: cfg.get(k) for k in IDENTITY_KEYS if k in cfg})
+    schedule = ident.get("schedule")
+    if isinstance(schedule, Mapping):
+        ident["schedule"] = {
+            k: v
+            for k, v in schedule.items()
+            if not (k in _LATER_SCHEDULE_DEFAULTS and v == _LATER_SCHEDULE_DEFAULTS[k])
+        }
     return identity_hash(ident), ident
 
 
@@ -63,8 +76,31 @@ def without_sizes(ident: Mapping[str, Any]) -> dict[str, Any]:
 _LATER_EVAL_DEFAULTS: dict[str, Any] = {"compile": False, "metrics.e2e": False}
 
 
-def eval_identity(ev: Mapping[str, Any]) -> str:
-    """The 8-hex-digit hash of an evaluation config (the ``eval`` group)."""
+#: The calibration settings every evaluation was published with before ``eval.calibration.limit``
+#: defaulted to the whole validation split. A schedule that calibrates nothing (anything but
+#: CALM without a threshold or adaptive SkipDecode without a sharpness) is evaluated the same
+#: under any calibration settings, so its evaluation hashes them as these and keeps its id.
+_PUBLISHED_CALIBRATION: dict[str, Any] = {"split": "validation", "limit": 32, "iterations": 8}
+#: Schedules that calibrate before decoding, and the setting that, when given, makes them not.
+_CALIBRATED_UNLESS: dict[str, str] = {"calm": "threshold", "adaptive": "sharpness"}
+
+
+def calibrates(schedule: Mapping[str, Any] | None) -> bool:
+    """Whether a schedule config is tuned on validation prompts before decoding."""
+    if not isinstance(schedule, Mapping):
+        return False
+    setting = _CALIBRATED_UNLESS.get(str(schedule.get("name")))
+    return setting is not None and schedule.get(setting) is None
+
+
+def eval_identity(ev: Mapping[str, Any], schedule: Mapping[str, Any] | None = None) -> str:
+    """The 8-hex-digit hash of an evaluation config (the ``eval`` group).
+
+    With the evaluated ``schedule`` config given, the calibration settings count only for a
+    schedule that :func:`calibrates`."""
+    ev = dict(ev)
+    if schedule is not None and not calibrates(schedule) and "calibration" in ev:
+        ev["calibration"] = dict(_PUBLISHED_CALIBRATION)
     return _config_hash({"eval": _without_later_defaults(ev, "")}, 8)
 
 

@@ -149,7 +149,7 @@ def _evaluate(
 ) -> tuple[Path, bool]:
     """Evaluate the exported model (or reuse an identical evaluation); returns the record path."""
     ev = dict(c["eval"])
-    eval_dir = cell_dir / f"eval-{eval_identity(ev)}"
+    eval_dir = cell_dir / f"eval-{eval_identity(ev, c.get('schedule'))}"
     record = eval_dir / RECORD_FILE
     if reuse and read_json_or_none(record):
         log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
@@ -212,7 +212,8 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
             write_json_atomic(cell_dir / IDENTITY_FILE, {**ident, SIZES_KEY: _sizes(c)})
             resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
-            record = cell_dir / f"eval-{eval_identity(dict(c['eval']))}" / RECORD_FILE
+            ev_id = eval_identity(dict(c["eval"]), c.get("schedule"))
+            record = cell_dir / f"eval-{ev_id}" / RECORD_FILE
             if reuse and read_json_or_none(record):
                 # evaluated before, or restored from published results: the record is the cell
                 log.info("cell %s: reusing evaluation %s", cell_dir.name, record)

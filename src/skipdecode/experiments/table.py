@@ -28,6 +28,7 @@ __all__ = [
     "COLUMNS",
     "RESULT_COLUMNS",
     "CELL_FILE",
+    "row_order",
     "PLAN_FILE",
     "collect",
     "csv_text",
@@ -205,10 +206,11 @@ def collect(sweep_dir: str | Path) -> list[dict[str, Any]]:
                 "status": "pending",
                 "error": "not started: " + " ".join(job.get("overrides", [])),
             }
-    return sorted(rows.values(), key=_sort_key)
+    return sorted(rows.values(), key=row_order)
 
 
-def _sort_key(row: Mapping[str, Any]) -> tuple:
+def row_order(row: Mapping[str, Any]) -> tuple:
+    """Table order: dataset, model, target speedup, then job number."""
     job = str(row.get("job"))
     return (
         str(row.get("dataset") or "~"),

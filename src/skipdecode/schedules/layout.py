@@ -173,6 +173,7 @@ def linear_for_speedup(
     expected_length: int,
     warmup_layers: int = 1,
     spread: float = 0.5,
+    lengths: Sequence[int] | None = None,
 ) -> LinearSchedule:
     """Build a linear schedule whose mean budget over ``expected_length`` steps is ``L / s``.
 
@@ -183,7 +184,9 @@ def linear_for_speedup(
          schedule's own rounding, is closest to ``B``;
       4. if even ``min = w + 1`` leaves the mean above ``B + 0.5``, lower ``max`` one at a time.
     The result's mean budget is within 0.5 layer of ``B`` (rounding); otherwise an error says
-    the target cannot be met with ``w`` warm-up layers.
+    the target cannot be met with ``w`` warm-up layers. With ``lengths`` (e.g. every target
+    length of the validation split), steps 3-4 fit the mean budget per generated token over
+    sequences of those lengths instead of one sequence of ``N`` tokens.
     """
     L = num_layers
     require(
@@ -218,12 +221,13 @@ def linear_for_speedup(
         return LinearSchedule(L, warmup_layers, L, L, expected_length)
 
     N = expected_length
+    fitted = [N] if lengths is None else [int(n) for n in lengths]
     best: _Fit | None = None
     top = max(lowest, min(L, round_half_up(target * (1 + spread))))
     for max_layers in range(top, lowest - 1, -1):
         for min_layers in range(lowest, max_layers + 1):
             sched = LinearSchedule(L, warmup_layers, max_layers, min_layers, N)
-            mean = sched.mean_layers([N])
+            mean = sched.mean_layers(fitted)
             if best is None or abs(mean - target) < abs(best.mean_budget - target) - 1e-12:
                 best = _Fit(sched, mean)
         if best is not None and abs(best.mean_budget - target) <= 0.5:
@@ -231,7 +235,8 @@ def linear_for_speedup(
     assert best is not None
     raise ScheduleError(
         f"schedule.target_speedup={target_speedup!r} cannot be met within rounding on a "
-        f"{L}-layer model with warmup_layers={warmup_layers} over {N} tokens "
+        f"{L}-layer model with warmup_layers={warmup_layers} over "
+        f"{f'{N} tokens' if lengths is None else f'{len(fitted)} sequences'} "
         f"(closest mean budget {best.mean_budget:.2f} vs target {target:.2f})"
     )
 
@@ -264,8 +269,11 @@ def _build_budgets(cfg: Mapping, num_layers: int, expected_length: int | None) -
 
 @register("target", method="skipdecode")
 def _build_target(cfg: Mapping, num_layers: int, expected_length: int | None) -> LinearSchedule:
-    """``{name: target, target_speedup, warmup_layers?, spread?, expected_length?}``: built for
-    the model at hand; ``expected_length`` defaults to the caller's (the dataset's median)."""
+    """``{name: target, target_speedup, warmup_layers?, spread?, expected_length?, lengths?}``:
+    built for the model at hand; ``expected_length`` defaults to the caller's (the dataset's
+    median); ``lengths`` is the fitting rule (:data:`LENGTH_RULES`), which ``build_schedule``
+    replaces by the lengths themselves for ``validation``."""
+    fitted = cfg.get("lengths")
     n = cfg.get("expected_length") or expected_length
     if n is None:
         raise ScheduleError(
@@ -278,4 +286,5 @@ def _build_target(cfg: Mapping, num_layers: int, expected_length: int | None) ->
         expected_length=int(n),
         warmup_layers=int(cfg.get("warmup_layers", 1)),
         spread=float(cfg.get("spread", 0.5)),
+        lengths=fitted if isinstance(fitted, (list, tuple)) else None,
     )

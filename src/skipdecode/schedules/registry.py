@@ -12,12 +12,12 @@ are built from a target speedup. ``method`` is the label tables and plots use fo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .base import Schedule, ScheduleError
 
-__all__ = ["register", "build_schedule", "schedule_names", "method_label"]
+__all__ = ["register", "build_schedule", "schedule_names", "method_label", "LENGTH_RULES"]
 
 Builder = Callable[[Mapping, int, "int | None"], Schedule]
 
@@ -53,15 +53,43 @@ def method_label(name: str | None) -> str:
     return entry.method if entry else str(name)
 
 
-def build_schedule(cfg: Mapping, num_layers: int, expected_length: int | None = None) -> Schedule:
+#: How a ``target`` schedule is fitted to generation lengths (``schedule.lengths``): ``median``
+#: fits the mean budget over one sequence of the expected length (the dataset's median target
+#: length; the published tables' rule); ``validation`` fits it over every target length of the
+#: validation split (the decay still spans the expected length).
+LENGTH_RULES: tuple[str, ...] = ("median", "validation")
+
+
+def build_schedule(
+    cfg: Mapping,
+    num_layers: int,
+    expected_length: int | None = None,
+    lengths: Sequence[int] | None = None,
+) -> Schedule:
     """Any registered schedule from its config; see README "Schedules".
 
     Schedules built from a target speedup take ``target_speedup`` (and the expected generation
     length where the plan depends on the position); explicit parameters override it. A
-    ``num_layers`` key, when present, must match the model's layer count.
+    ``num_layers`` key, when present, must match the model's layer count. ``lengths`` are the
+    validation split's target lengths, used by ``schedule.lengths: validation``.
     """
     cfg = dict(cfg)
     name = cfg.get("name")
+    rule = cfg.get("lengths", "median")
+    if "lengths" in cfg and rule not in LENGTH_RULES:
+        raise ScheduleError(f"schedule.lengths={rule!r}; allowed: {', '.join(LENGTH_RULES)}")
+    if rule == "validation":
+        if name != "target":
+            raise ScheduleError(
+                f"schedule.lengths=validation applies to schedule.name=target only, not {name!r}"
+            )
+        if not lengths:
+            raise ScheduleError(
+                "schedule.lengths=validation fits the schedule to the validation split's target "
+                "lengths, and none were given here; use schedule.lengths=median or build it "
+                "where the dataset is loaded (training, evaluation)"
+            )
+        cfg["lengths"] = [int(n) for n in lengths]
     declared = cfg.get("num_layers")
     if declared is not None and int(declared) != num_layers:
         raise ScheduleError(

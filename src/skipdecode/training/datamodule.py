@@ -20,6 +20,7 @@ from ..data import (
     get_task,
     load_split,
     median_target_length,
+    target_lengths,
 )
 from .resumable import ResumableSampler, order_state
 
@@ -98,6 +99,7 @@ class SkipDataModule(pl.LightningDataModule):
         self.val_set: list[EncodedExample] | None = None
         self.reports: dict[str, TruncationReport] = {}
         self.expected_length: int | None = None
+        self.validation_lengths: list[int] | None = None
         self._sampler: ResumableSampler | None = None
         self._resume_order: dict[str, Any] | None = None
 
@@ -138,6 +140,8 @@ class SkipDataModule(pl.LightningDataModule):
         # The expected generation length of `target` schedules: the training split's median
         # target length in tokens (EOS included), before truncation.
         self.expected_length = median_target_length(train, self.tokenizer, task=self.task)
+        # ... and every validation target length, for `target` schedules fitted to them
+        self.validation_lengths = target_lengths(val, self.tokenizer, task=self.task)
         self.train_set = self._encode(train, "train")
         self.val_set = self._encode(val, "validation")
         return self

@@ -19,7 +19,7 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,8 @@ class SkipDecodeLitModule(pl.LightningModule):
         schedule: the ``schedule`` config (plain dict), built for the model's layer count.
         optimizer / scheduler: ``_partial_: true`` configs, finished in ``configure_optimizers``.
         expected_length: generation length for ``target`` schedules (dataset median, tokens).
+        validation_lengths: the validation split's target lengths (``schedule.lengths:
+            validation`` fits a ``target`` schedule to them).
         dataset: dataset settings, recorded with checkpoints and exports.
         validate_full: also report validation loss/perplexity with every layer.
         hf_config: the transformers config dict; set after the first build so checkpoints
@@ -90,6 +92,7 @@ class SkipDecodeLitModule(pl.LightningModule):
         validate_full: bool = True,
         hf_config: Mapping[str, Any] | None = None,
         tokenizer: Any = None,
+        validation_lengths: Sequence[int] | None = None,
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"], logger=False)
@@ -102,7 +105,7 @@ class SkipDecodeLitModule(pl.LightningModule):
             self.model = build_model(model, self.tokenizer)
             self.hparams["hf_config"] = json.loads(self.model.config.to_json_string())
         self.decoder = SkipDecoder(self.model)
-        self.schedule = self._build_schedule(schedule, expected_length)
+        self.schedule = self._build_schedule(schedule, expected_length, validation_lengths)
         # The deterministic plan validation reports under (a fixed linear proxy for adaptive
         # SkipDecode; every layer for CALM, whose own loss weights the intermediate exits).
         self.validation_plan = self.schedule.validation_plan(expected_length)
@@ -116,10 +119,15 @@ class SkipDecodeLitModule(pl.LightningModule):
         self._timed = {"steps": 0, "seconds": 0.0, "tokens": 0}
 
     # ------------------------------------------------------------------ setup
-    def _build_schedule(self, cfg: Mapping[str, Any], expected_length: int | None) -> Schedule:
+    def _build_schedule(
+        self,
+        cfg: Mapping[str, Any],
+        expected_length: int | None,
+        lengths: Sequence[int] | None,
+    ) -> Schedule:
         L = self.decoder.num_layers
         try:
-            return build_schedule(cfg, L, expected_length)
+            return build_schedule(cfg, L, expected_length, lengths)
         except ScheduleError as e:
             raise ScheduleError(
                 f"schedule={cfg.get('name')!r} {dict(cfg)} cannot be used with "

@@ -111,6 +111,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         dataset=dataset_cfg,
         validate_full=bool(cfg.module.get("validate_full", True)),
         tokenizer=tokenizer,
+        validation_lengths=datamodule.validation_lengths,
     )
     schedule_desc = module.schedule.describe()
     run_info = {
@@ -119,6 +120,11 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         "expected_length": datamodule.expected_length,
         "theoretical_speedup": module.validation_plan.theoretical_speedup(
             [datamodule.expected_length]
+        ),
+        # what the schedule plans over the validation split's target lengths (a generation
+        # that writes shorter or longer outputs reaches another speedup; see the reach table)
+        "planned_speedup": module.validation_plan.theoretical_speedup(
+            datamodule.validation_lengths or [datamodule.expected_length]
         ),
         "truncation": datamodule.truncation_summary(),
         "num_train_examples": len(datamodule.train_set or []),
