@@ -280,7 +280,9 @@ def test_calibration_uses_every_validation_input_unless_limited(model_dir, tmp_p
     fast = ("schedule=calm_2x", "eval.calibration.iterations=1", "eval.speed.baseline=null")
     record = evaluate(_cfg(model_dir, tmp_path / "all", *fast, "eval.limit=2"))
     inputs = len(group_by_source(_validation(model_dir)[1]))
-    assert record["schedule"]["calibration"]["num_inputs"] == inputs > 3
+    assert record["schedule"]["calibration"]["num_inputs"] == inputs > 4
+    # in the evaluation's batches (eval.generation.batch_size=4 here)
+    assert record["schedule"]["calibration"]["batches"] == -(-inputs // 4)
     limited = evaluate(
         _cfg(model_dir, tmp_path / "3", *fast, "eval.limit=2", "eval.calibration.limit=3")
     )

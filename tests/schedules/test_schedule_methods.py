@@ -120,7 +120,7 @@ def test_adaptive_shipped_mapping_calibrates_to_its_target_and_stays_exact(famil
     assert schedule.needs_calibration and schedule.sharpness is None
     with pytest.raises(ValueError, match="calibrate it first"):
         dec.generate(ids, schedule, 12, mask)
-    tuned, info = schedule.calibrate(dec, ids, mask, 12, iterations=10)
+    tuned, info = schedule.calibrate(dec, [(ids, mask)], 12, iterations=10)
     assert not tuned.needs_calibration and info["sharpness"] == tuned.sharpness
     # the shipped mapping at its default sharpness (1) barely skips on an unconfident model;
     # calibration moves the achieved speedup to the target
@@ -298,11 +298,28 @@ def test_calm_threshold_calibration_moves_toward_target():
     dec = SkipDecoder(FAMILIES["opt"]())
     ids, mask = left_padded_batch(LENGTHS)
     lo_thr, lo_speed = calibrate_calm_threshold(
-        dec, ids, mask, 1.5, 6, iterations=5, eos_token_id=[]
+        dec, [(ids, mask)], 1.5, 6, iterations=5, eos_token_id=[]
     )
     hi_thr, hi_speed = calibrate_calm_threshold(
-        dec, ids, mask, 4.0, 6, iterations=5, eos_token_id=[]
+        dec, [(ids, mask)], 4.0, 6, iterations=5, eos_token_id=[]
     )
     assert hi_thr < lo_thr and hi_speed > lo_speed
     out = dec.generate(ids, CALMSchedule(L, lo_thr, allow_batching=True), 6, mask, eos_token_id=[])
     assert out.stats.theoretical_speedup == pytest.approx(lo_speed)
+
+
+def test_calibration_speedup_over_batches_weighs_each_batch_by_its_tokens():
+    """Calibration decodes its prompts in the evaluation's batches: the speedup it tunes is
+    L x all tokens / all layers over those batches, not a mean of per-batch speedups."""
+    from skipdecode.schedules.base import batched_speedup
+
+    dec = SkipDecoder(FAMILIES["llama"]())
+    ids, mask = left_padded_batch(LENGTHS)
+    halves = [(ids[:1], mask[:1]), (ids[1:], mask[1:])]
+    schedule = CALMSchedule(L, 0.3, allow_batching=True)
+    stats = [dec.generate(i, schedule, 6, m, eos_token_id=[]).stats for i, m in halves]
+    tokens = sum(s.token_count for s in stats)
+    layers = sum(s.layers_per_token * s.token_count for s in stats)
+    combined = batched_speedup(dec, schedule, halves, 6, eos_token_id=[])
+    assert combined == pytest.approx(L * tokens / layers)
+    assert tokens > 0 and min(s.token_count for s in stats) != max(s.token_count for s in stats)

@@ -35,6 +35,7 @@ from .generation import generate_all, speed_record
 from .inputs import (
     EvaluationError,
     LoadedModel,
+    batch_order,
     calibrate,
     dataset_settings,
     draft_vocabulary,
@@ -145,7 +146,13 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     calibration = None
     if schedule.needs_calibration:
         schedule, calibration = calibrate(
-            decoder, schedule, settings, task, gen["max_new_tokens"], ev.get("calibration") or {}
+            decoder,
+            schedule,
+            settings,
+            task,
+            gen["max_new_tokens"],
+            ev.get("calibration") or {},
+            gen,
         )
     return _Setup(
         lm,
@@ -230,11 +237,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     prompt_ids, truncated = encode_prompts(
         s.decoder.tokenizer, s.task, [ex.source for ex in s.examples], max_source
     )
-    order = list(range(len(s.examples)))
-    if gen.get("sort_by_length", True):  # less padding; outputs are put back in input order
-        order.sort(key=lambda i: len(prompt_ids[i]))
-    bs = int(gen["batch_size"])
-    batches = [order[i : i + bs] for i in range(0, len(order), bs)]
+    batches = batch_order(prompt_ids, int(gen["batch_size"]), gen.get("sort_by_length", True))
 
     speed_cfg = ev.get("speed") or {}
     baseline = speed_cfg.get("baseline")

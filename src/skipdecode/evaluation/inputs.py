@@ -35,6 +35,7 @@ __all__ = [
     "load_examples",
     "encode_prompts",
     "validation_lengths",
+    "batch_order",
 ]
 
 
@@ -137,9 +138,12 @@ def calibrate(
     task: Any,
     max_new_tokens: int,
     cfg: Mapping[str, Any],
+    generation: Mapping[str, Any],
 ) -> tuple[Schedule, dict[str, Any]]:
-    """Tune a schedule that needs it (CALM's threshold) on *validation* prompts, never on the
-    test prompts being scored; returns the tuned schedule and what the tuning found."""
+    """Tune a schedule that needs it (CALM's threshold, adaptive's sharpness) on *validation*
+    prompts, never on the test prompts being scored, batched as the evaluation batches its
+    prompts (``generation``'s batch size and length order: a batch shares its budget);
+    returns the tuned schedule and what the tuning found."""
     split = cfg.get("split", "validation")
     limit = cfg.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -151,12 +155,27 @@ def calibrate(
     max_source = int(data_settings.get("max_source_tokens") or task.max_source_tokens)
     prompts, _ = encode_prompts(decoder.tokenizer, task, [ex.source for ex in examples], max_source)
     pad_id = decoder.tokenizer.pad_token_id
-    ids, mask = left_pad(prompts, pad_id if pad_id is not None else decoder.tokenizer.eos_token_id)
+    pad_id = pad_id if pad_id is not None else decoder.tokenizer.eos_token_id
+    order = batch_order(
+        prompts, int(generation["batch_size"]), bool(generation.get("sort_by_length", True))
+    )
+    batches = [left_pad([prompts[i] for i in rows], pad_id) for rows in order]
     tuned, info = schedule.calibrate(
-        decoder, ids, mask, int(max_new_tokens), iterations=int(cfg.get("iterations", 8))
+        decoder, batches, int(max_new_tokens), iterations=int(cfg.get("iterations", 8))
     )
     log.info("%s calibrated on %d %s prompts: %s", schedule.name, len(examples), split, info)
-    return tuned, {"split": split, "num_inputs": len(examples), **info}
+    return tuned, {"split": split, "num_inputs": len(examples), "batches": len(batches), **info}
+
+
+def batch_order(
+    prompts: Sequence[Sequence[int]], batch_size: int, by_length: bool
+) -> list[list[int]]:
+    """Indices of ``prompts`` in decoding batches of ``batch_size``: by prompt length when
+    ``by_length`` (less padding; outputs are put back in input order), else in input order."""
+    order = list(range(len(prompts)))
+    if by_length:
+        order.sort(key=lambda i: len(prompts[i]))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def dataset_settings(data_cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,16 +17,18 @@ the target, a fresh draw per batch, so the model sees the budgets it will meet a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..progress import progress
 from .base import (
+    PromptBatch,
     Schedule,
     ScheduleRun,
     StaticSchedule,
+    batched_speedup,
     plan_loss_sums,
     require,
     round_half_up,
@@ -134,26 +136,18 @@ class AdaptiveSchedule(Schedule):
     def calibrate(
         self,
         decoder: SkipDecoder,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        batches: Sequence[PromptBatch],
         max_new_tokens: int,
         iterations: int = 8,
     ) -> tuple[AdaptiveSchedule, dict[str, Any]]:
         """Bisect ``log(sharpness)`` over [1e-3, 1e3] so the per-token theoretical speedup on
-        these (validation) prompts is closest to ``target_speedup``."""
+        these (validation) prompt batches is closest to ``target_speedup``."""
         if self.target_speedup is None:
             raise ValueError("schedule.target_speedup is not set: nothing to calibrate to")
         target = self.target_speedup
 
         def speedup(sharpness: float) -> float:
-            out = decoder.generate(
-                input_ids,
-                self.with_sharpness(sharpness),
-                max_new_tokens,
-                attention_mask,
-                decode_texts=False,
-            )
-            return out.stats.theoretical_speedup
+            return batched_speedup(decoder, self.with_sharpness(sharpness), batches, max_new_tokens)
 
         lo, hi = math.log(1e-3), math.log(1e3)  # speedup grows with sharpness
         best = (1.0, speedup(1.0))

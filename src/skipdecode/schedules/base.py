@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from ..core.engine import SkipDecoder
 
 __all__ = [
+    "PromptBatch",
+    "batched_speedup",
     "Schedule",
     "StaticSchedule",
     "ScheduleRun",
@@ -118,12 +120,11 @@ class Schedule(ABC):
     def calibrate(
         self,
         decoder: SkipDecoder,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        batches: Sequence[PromptBatch],
         max_new_tokens: int,
         iterations: int = 8,
     ) -> tuple[Schedule, dict[str, Any]]:
-        """A copy tuned on these (validation) prompts, and what the tuning found."""
+        """A copy tuned on these (validation) prompt batches, and what the tuning found."""
         return self, {}
 
     # -- training -------------------------------------------------------------------------------
@@ -235,6 +236,30 @@ class StaticSchedule(Schedule):
     def theoretical_speedup(self, lengths: Sequence[int]) -> float:
         """``num_layers / mean layers per generated token`` (the paper's speedup)."""
         return self.num_layers / self.mean_layers(lengths)
+
+
+#: One left-padded batch of prompts: ``(input_ids, attention_mask)``.
+PromptBatch = tuple[torch.Tensor, torch.Tensor]
+
+
+def batched_speedup(
+    decoder: SkipDecoder,
+    schedule: Schedule,
+    batches: Sequence[PromptBatch],
+    max_new_tokens: int,
+    **generate_kwargs: Any,
+) -> float:
+    """The per-token theoretical speedup of ``schedule`` over all ``batches``, each decoded as
+    one batch (as the evaluation decodes them): ``L`` x tokens / layers, summed over batches."""
+    tokens, layers = 0, 0.0
+    for input_ids, attention_mask in batches:
+        stats = decoder.generate(
+            input_ids, schedule, max_new_tokens, attention_mask, decode_texts=False,
+            **generate_kwargs,
+        ).stats  # fmt: skip
+        tokens += stats.token_count
+        layers += stats.layers_per_token * stats.token_count
+    return decoder.num_layers * tokens / layers if layers > 0 else 1.0
 
 
 def _as_list(steps: Sequence[int] | torch.Tensor) -> list[int]:

@@ -17,7 +17,7 @@ calibrated on held-out prompts to a target speedup (``calibrate``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,7 +26,15 @@ import torch.nn.functional as F
 from ..core.loss import next_token_targets
 from ..core.step import DecodeStep, StepResult
 from ..progress import progress
-from .base import Schedule, ScheduleError, ScheduleRun, StaticSchedule, require
+from .base import (
+    PromptBatch,
+    Schedule,
+    ScheduleError,
+    ScheduleRun,
+    StaticSchedule,
+    batched_speedup,
+    require,
+)
 from .baselines import FullSchedule
 from .registry import register
 
@@ -142,8 +150,7 @@ class CALMSchedule(Schedule):
     def calibrate(
         self,
         decoder: SkipDecoder,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        batches: Sequence[PromptBatch],
         max_new_tokens: int,
         iterations: int = 8,
     ) -> tuple[CALMSchedule, dict[str, Any]]:
@@ -151,8 +158,7 @@ class CALMSchedule(Schedule):
             raise ValueError("schedule.target_speedup is not set: nothing to calibrate CALM to")
         threshold, achieved = calibrate_calm_threshold(
             decoder,
-            input_ids,
-            attention_mask,
+            batches,
             float(self.target_speedup),
             max_new_tokens,
             check_every=self.check_every,
@@ -220,8 +226,7 @@ class CALMSchedule(Schedule):
 
 def calibrate_calm_threshold(
     dec: SkipDecoder,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    batches: Sequence[PromptBatch],
     target_speedup: float,
     max_new_tokens: int,
     *,
@@ -230,8 +235,9 @@ def calibrate_calm_threshold(
     iterations: int = 10,
     **generate_kwargs,
 ) -> tuple[float, float]:
-    """Bisect the confidence threshold so CALM's per-token theoretical speedup on these prompts
-    is about ``target_speedup`` (a lower threshold exits earlier). Returns (threshold, speedup).
+    """Bisect the confidence threshold so CALM's per-token theoretical speedup on these prompt
+    batches is about ``target_speedup`` (a lower threshold exits earlier). Returns (threshold,
+    speedup).
 
     Use held-out prompts (e.g. the validation split), never the test prompts being scored.
     """
@@ -241,15 +247,7 @@ def calibrate_calm_threshold(
 
     def speedup(threshold: float) -> float:
         schedule = CALMSchedule(L, threshold, check_every, min_exit_layers, allow_batching=True)
-        out = dec.generate(
-            input_ids,
-            schedule,
-            max_new_tokens,
-            attention_mask,
-            decode_texts=False,
-            **generate_kwargs,
-        )
-        return out.stats.theoretical_speedup
+        return batched_speedup(dec, schedule, batches, max_new_tokens, **generate_kwargs)
 
     # Bisect log(threshold) over [1e-4, 1]: confidences span orders of magnitude (a vocabulary
     # of 50k gives top-1 probabilities far below 0.1 on uncertain tokens).
