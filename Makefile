@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-spec-bench bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -163,6 +163,10 @@ bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 ne
 bench-speculative: $(STAMP) smollm2 ## Lossless mode on every SmolLM2 chat prompt, EOS on: acceptance per draft budget, a round's cost split, constant drafts (batch 1/8/32, k 2/4/6)
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
 		--draft-budgets 6 10 16 --repeats 3 --name speculative-smollm2 $(ARGS)
+
+bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 5 questions of each task, 128 tokens a turn, batch 1) with base SmolLM2, Spec-Bench's answer format -> results/bench/spec-bench-smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 5 --new-tokens 128 --ks 4 --auto-off \
+		--out results/bench --name spec-bench-smollm2 $(ARGS)
 
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \

@@ -40,7 +40,7 @@ import torch
 from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
-from .bench_tables import add_run_options, write_bench
+from .bench_tables import add_run_options, load_bench_model, write_bench
 
 __all__ = ["CHAT_PROMPTS", "bench_speculative", "round_cost", "speculative_table", "main"]
 
@@ -337,16 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..models.assets import smollm2_dir
-
-    path = args.model or smollm2_dir()
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=getattr(torch, args.dtype), attn_implementation="sdpa"
-    ).to(args.device)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
     cells = []
     for b in progress(args.batch_sizes, "batch sizes", enabled=args.progress):
         cell = bench_speculative(

@@ -32,6 +32,21 @@ def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
     )
 
 
+def load_bench_model(model_dir: Path | None, dtype: str, device: str) -> tuple[Any, Any, Path]:
+    """``(model, tokenizer, path)`` of a benchmark's model: ``model_dir``, else the converted
+    SmolLM2 (``make smollm2``), in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..models.assets import smollm2_dir
+
+    path = model_dir or smollm2_dir()
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=getattr(torch, dtype), attn_implementation="sdpa"
+    ).to(device)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(path), Path(path)
+
+
 def write_bench(out: Path, stem: str, payload: dict[str, Any], table: str) -> None:
     """``<out>/<stem>.json`` (``payload`` with the arguments as strings and the provenance) and
     ``<out>/<stem>.md`` (``table``); prints the table and where they went."""

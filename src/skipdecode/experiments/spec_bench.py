@@ -1,0 +1,251 @@
+"""Spec-Bench, the speculative-decoding field's general workload, for the lossless mode.
+
+The 480 questions of Spec-Bench (``workloads/spec_bench/question.jsonl``: hemingkx/Spec-Bench at
+a fixed commit, Apache-2.0; ``SOURCE.md`` beside it) decoded as Spec-Bench's ``evaluation/eval.py``
+does: one question at a time (batch 1), greedy, each turn in turn (MT-bench's second turn sees
+the model's own first answer), the model's chat template, a warm-up on the first question, wall
+time per turn. Methods: ``plain`` (skipdecode ``full``, the baseline) and ``speculative-k<k>``
+for each ``k`` (the SkipDecode target plan at ``--draft-speedup`` as draft; ``--auto-off`` adds
+the largest ``k`` turning itself off where it does not pay). Every speculative turn is checked
+to be the plain turn, token for token.
+
+Writes, per method, ``<out>/<name>/<method>.jsonl`` in Spec-Bench's answer format
+(``question_id``, ``category``, ``model_id``, ``choices[0]``: ``turns``, ``decoding_steps``,
+``new_tokens``, ``wall_time``, ``accept_lengths``: tokens each decoding step produced), and
+``<out>/<name>.json``/``.md``: per task (mt_bench, translation, summarization, qa,
+math_reasoning, rag, overall) the mean accepted tokens per step, tokens per second (the mean
+over questions of new tokens / wall time, as Spec-Bench's ``speed.py``) and the speedup over
+plain.
+
+    python -m skipdecode.experiments.spec_bench --per-task 10 --new-tokens 128 --ks 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.engine import SkipDecoder
+from ..io import write_text_atomic
+from ..progress import progress
+from ..schedules import FullSchedule, Schedule, build_schedule
+from .bench_tables import add_run_options, load_bench_model, write_bench
+
+__all__ = ["QUESTIONS", "TASKS", "load_questions", "run_spec_bench", "spec_bench_table", "main"]
+
+QUESTIONS = Path(__file__).parent / "workloads" / "spec_bench" / "question.jsonl"
+#: Spec-Bench's tasks; MT-bench's eight categories count as one (its ``speed.py``).
+MT_BENCH = (
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+)
+TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+
+
+def task_of(category: str) -> str:
+    return "mt_bench" if category in MT_BENCH else category
+
+
+def load_questions(path: Path = QUESTIONS, per_task: int | None = None) -> list[dict[str, Any]]:
+    """The questions in file order; ``per_task``: only the first N of each task."""
+    questions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if per_task is None:
+        return questions
+    seen: dict[str, int] = {}
+    kept = []
+    for q in questions:
+        task = task_of(q["category"])
+        if seen.get(task, 0) < per_task:
+            seen[task] = seen.get(task, 0) + 1
+            kept.append(q)
+    return kept
+
+
+def _recorder(lengths: list[int]) -> Any:
+    def record(view: Any) -> None:
+        lengths.append(int(view.lengths[0]))
+
+    return record
+
+
+def _answer(
+    dec: SkipDecoder, schedule: Schedule, question: dict[str, Any], new_tokens: int
+) -> dict[str, Any]:
+    """Every turn of one question: Spec-Bench's ``choices[0]`` plus the generated ids."""
+    tok = dec.tokenizer
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    messages: list[dict[str, str]] = []
+    choice: dict[str, Any] = {
+        "index": 0, "turns": [], "decoding_steps": [], "new_tokens": [], "wall_time": [],
+        "accept_lengths": [], "ids": [],
+    }  # fmt: skip
+    for turn in question["turns"]:
+        messages.append({"role": "user", "content": turn})
+        ids = tok.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )["input_ids"].to(dec.device)
+        lengths: list[int] = []  # tokens generated after each round (speculative only)
+        start = time.perf_counter()
+        out = dec.generate(
+            ids, schedule, new_tokens, torch.ones_like(ids), eos_token_id=eos,
+            decode_texts=False, on_round=_recorder(lengths),
+        )  # fmt: skip
+        if ids.device.type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+        n = out.stats.generated_lengths[0]
+        generated = out.generated_ids[0, :n].tolist()
+        # tokens per decoding step: the prefill's one, then each round's (plain: one per step)
+        steps = [1] + [b - a for a, b in zip([1, *lengths], lengths, strict=False)]
+        if not lengths:
+            steps = [1] * n
+        text = tok.decode([t for t in generated if t not in eos], skip_special_tokens=True).strip()
+        choice["turns"].append(text)
+        choice["decoding_steps"].append(len(steps))
+        choice["new_tokens"].append(n)
+        choice["wall_time"].append(wall)
+        choice["accept_lengths"].extend(steps)
+        choice["ids"].append(generated)
+        messages.append({"role": "assistant", "content": text})
+    return choice
+
+
+def run_spec_bench(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    questions: Sequence[dict[str, Any]],
+    ks: Sequence[int] = (4,),
+    draft_speedup: float = 2.0,
+    new_tokens: int = 1024,
+    auto_off: bool = False,
+    show_progress: bool | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Answers per method (Spec-Bench's format, plus ``identical_to_plain``), methods
+    interleaved question by question after a warm-up on the first question."""
+    dec = SkipDecoder(model, tokenizer)
+    L = dec.num_layers
+    draft = {"name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens}
+    methods: dict[str, Schedule] = {"plain": FullSchedule(L)}
+    for k in ks:
+        methods[f"speculative-k{k}"] = build_schedule(
+            {"name": "speculative", "draft": draft, "k": k}, L, new_tokens
+        )
+    if auto_off:
+        methods[f"speculative-k{max(ks)}-auto"] = build_schedule(
+            {"name": "speculative", "draft": draft, "k": max(ks), "auto_off": True}, L, new_tokens
+        )
+    for schedule in methods.values():  # warm-up
+        _answer(dec, schedule, questions[0], new_tokens)
+    answers: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for q in progress(questions, "Spec-Bench questions", enabled=show_progress):
+        plain = None
+        for method, schedule in methods.items():
+            choice = _answer(dec, schedule, q, new_tokens)
+            ids = choice.pop("ids")
+            plain = ids if plain is None else plain
+            answers[method].append(
+                {
+                    "question_id": q["question_id"],
+                    "category": q["category"],
+                    "model_id": method,
+                    "choices": [choice],
+                    "identical_to_plain": ids == plain,
+                }
+            )
+    return answers
+
+
+def summarize(answers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per method and task: Spec-Bench's mean accepted tokens, tokens/s and speedup."""
+
+    def speeds(rows: list[dict[str, Any]]) -> list[float]:
+        return [
+            sum(r["choices"][0]["new_tokens"]) / sum(r["choices"][0]["wall_time"]) for r in rows
+        ]
+
+    out = []
+    for method, rows in answers.items():
+        for task in (*TASKS, "overall"):
+            mine = [r for r in rows if task == "overall" or task_of(r["category"]) == task]
+            if not mine:
+                continue
+            ids = {r["question_id"] for r in mine}
+            base = [r for r in answers["plain"] if r["question_id"] in ids]
+            accepted = [a for r in mine for a in r["choices"][0]["accept_lengths"]]
+            tps, base_tps = statistics.fmean(speeds(mine)), statistics.fmean(speeds(base))
+            out.append(
+                {
+                    "method": method,
+                    "task": task,
+                    "questions": len(mine),
+                    "new_tokens": sum(sum(r["choices"][0]["new_tokens"]) for r in mine),
+                    "mean_accepted_tokens": statistics.fmean(accepted),
+                    "tokens_per_second": tps,
+                    "speedup": tps / base_tps,
+                    "identical_to_plain": all(r["identical_to_plain"] for r in mine),
+                }
+            )
+    return out
+
+
+def spec_bench_table(rows: Sequence[dict[str, Any]]) -> str:
+    head = (
+        "| method | task | questions | new tokens | mean accepted tokens | tokens/s | speedup "
+        "| identical to plain |\n|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "".join(
+        f"| {r['method']} | {r['task']} | {r['questions']} | {r['new_tokens']} "
+        f"| {r['mean_accepted_tokens']:.2f} | {r['tokens_per_second']:.1f} | {r['speedup']:.2f}x "
+        f"| {r['identical_to_plain']} |\n"
+        for r in rows
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--model", type=Path, default=None, help="model dir (default: SmolLM2)")
+    p.add_argument("--ks", nargs="+", type=int, default=[4])
+    p.add_argument("--draft-speedup", type=float, default=2.0)
+    p.add_argument("--new-tokens", type=int, default=1024, help="per turn (Spec-Bench: 1024)")
+    p.add_argument("--per-task", type=int, default=None, help="the first N questions of each task")
+    p.add_argument("--auto-off", action="store_true", help="also the largest k with auto_off")
+    add_run_options(p, name="spec-bench")
+    args = p.parse_args(argv)
+    for name, values in (("--ks", args.ks), ("--new-tokens", [args.new_tokens])):
+        for v in values:
+            if v < 1:
+                p.error(f"{name}: {v} is not allowed (an integer >= 1)")
+    if args.per_task is not None and args.per_task < 1:
+        p.error(f"--per-task: {args.per_task} is not allowed (an integer >= 1, or leave it out)")
+    model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
+    questions = load_questions(per_task=args.per_task)
+    answers = run_spec_bench(
+        model, tokenizer, questions, args.ks, args.draft_speedup, args.new_tokens,
+        args.auto_off, args.progress,
+    )  # fmt: skip
+    rows = summarize(answers)
+    folder = args.out / args.name
+    folder.mkdir(parents=True, exist_ok=True)
+    for method, items in answers.items():
+        write_text_atomic(folder / f"{method}.jsonl", "".join(json.dumps(a) + "\n" for a in items))
+    payload = {"args": vars(args), "model": str(path), "questions": len(questions), "rows": rows}
+    write_bench(args.out, args.name, payload, spec_bench_table(rows))
+
+
+if __name__ == "__main__":
+    main()
