@@ -311,3 +311,35 @@ def test_a_target_schedule_fitted_to_the_validation_lengths(model_dir, tmp_path)
         "min_layers": fitted.min_layers,
         "decay_tokens": fitted.decay_tokens,
     }
+
+
+def test_validation_lengths_are_those_of_the_validation_sources_training_used(tmp_path):
+    """A model trained with ``dataset.limit_validation`` is evaluated with the lengths of the
+    same validation sources (its ``skipdecode.json`` records the limit)."""
+    import json
+    import shutil
+
+    from skipdecode.data.datasets import get_task, target_lengths
+    from skipdecode.schedules import linear_for_speedup
+
+    model = make_exported_dir(tmp_path / "m", num_layers=12, width=32)
+    tokenizer, pairs = _validation(model)
+    sources = list(dict.fromkeys(p.source for p in pairs))
+    limited = [p for p in pairs if p.source in sources[:2]]
+    task = get_task("synthetic")
+    fits = {
+        name: linear_for_speedup(12, 3, 16, lengths=target_lengths(subset, tokenizer, task=task))
+        for name, subset in (("all", pairs), ("limited", limited))
+    }
+    assert fits["all"].describe() != fits["limited"].describe()  # the limit matters here
+    meta_file = model / "skipdecode.json"
+    meta = json.loads(meta_file.read_text())
+    meta["dataset"]["limit_validation"] = 2
+    meta_file.write_text(json.dumps(meta))
+    over = ("schedule=target_3x", "schedule.lengths=validation", "eval.limit=2")
+    record = evaluate(_cfg(model, tmp_path / "out", *over))
+    keys = ("max_layers", "min_layers", "decay_tokens")
+    assert {k: record["schedule"][k] for k in keys} == {
+        k: fits["limited"].describe()[k] for k in keys
+    }
+    shutil.rmtree(tmp_path / "m")

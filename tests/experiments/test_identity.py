@@ -147,7 +147,10 @@ def test_a_later_schedule_setting_at_its_default_keeps_the_published_cell_id(tmp
     cfg = _cfg(_data(tmp_path / "e2e"))
     cfg["schedule"] = {"name": "target", "target_speedup": 2}
     published = cell_identity(cfg)
-    assert cell_identity({**cfg, "schedule": {**cfg["schedule"], "lengths": "median"}}) == published
+    for default in ("median", None):
+        assert (
+            cell_identity({**cfg, "schedule": {**cfg["schedule"], "lengths": default}}) == published
+        )
     fitted = cell_identity({**cfg, "schedule": {**cfg["schedule"], "lengths": "validation"}})
     assert fitted[0] != published[0] and fitted[1]["schedule"]["lengths"] == "validation"
 
@@ -155,10 +158,20 @@ def test_a_later_schedule_setting_at_its_default_keeps_the_published_cell_id(tmp
 def test_calibration_settings_name_the_evaluation_only_of_a_schedule_that_calibrates():
     ev = {"split": "test", "calibration": {"split": "validation", "limit": 32, "iterations": 8}}
     every = {**ev, "calibration": {**ev["calibration"], "limit": None}}
-    for schedule in ({"name": "full"}, {"name": "calm", "threshold": 0.9}, {"name": "target"}):
+    not_calibrated = (
+        {"name": "full"},
+        {"name": "calm", "threshold": 0.9, "target_speedup": 2},
+        {"name": "adaptive"},  # no target: the builder's default sharpness
+        {"name": "target", "target_speedup": 2},
+    )
+    for schedule in not_calibrated:
         assert not calibrates(schedule)
         assert eval_identity(every, schedule) == eval_identity(ev, schedule) == eval_identity(ev)
-    for schedule in ({"name": "calm", "threshold": None}, {"name": "adaptive"}):
+    calibrated = (
+        {"name": "calm", "threshold": None, "target_speedup": 2},
+        {"name": "adaptive", "target_speedup": 4},
+    )
+    for schedule in calibrated:
         assert calibrates(schedule)
         assert eval_identity(ev, schedule) == eval_identity(ev)  # as published
         assert eval_identity(every, schedule) != eval_identity(ev, schedule)

@@ -189,6 +189,10 @@ def test_target_schedule_built_from_validation_lengths_only_when_asked_and_given
         same.describe()
         == build_schedule({"name": "target", "target_speedup": 2}, 30, 29).describe()
     )
+    unset = build_schedule({**cfg, "lengths": None}, 30, 29, lengths)  # null: the default
+    assert unset.describe() == same.describe()
+    with pytest.raises(ScheduleError, match="schedule.draft.lengths='validation'; allowed: median"):
+        build_schedule({"name": "speculative", "draft": cfg, "k": 4}, 30, 29, lengths)
     with pytest.raises(ScheduleError, match="schedule.lengths=validation .* none were given"):
         build_schedule(cfg, 30, 29)
     with pytest.raises(ScheduleError, match="schedule.lengths='mean'; allowed: median, validation"):

@@ -126,7 +126,11 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
         expected_source = f"median target length of {len(held_out)} validation inputs"
     lengths = None
     if (c.get("schedule") or {}).get("lengths") == "validation":  # fitted to them: never test
-        lengths = validation_lengths(settings, tokenizer, task)
+        trained = lm.meta.get("dataset") or {}
+        limit = data_cfg.get("limit_validation")  # else the validation sources training used
+        if limit is None and trained.get("name") == settings["name"]:
+            limit = trained.get("limit_validation")
+        lengths = validation_lengths(settings, tokenizer, task, limit)
     schedule, origin = resolve_schedule(
         c.get("schedule"), lm.meta, decoder.num_layers, int(expected), lengths
     )

@@ -44,7 +44,7 @@ SIZES_KEY = "model_sizes"
 
 #: Schedule settings added after cells were published: at these values they are left out of
 #: the identity, so a published cell keeps its id (any other value is a new cell).
-_LATER_SCHEDULE_DEFAULTS: dict[str, Any] = {"lengths": "median"}
+_LATER_SCHEDULE_DEFAULTS: dict[str, tuple[Any, ...]] = {"lengths": ("median", None)}
 
 
 def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -55,7 +55,7 @@ def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         ident["schedule"] = {
             k: v
             for k, v in schedule.items()
-            if not (k in _LATER_SCHEDULE_DEFAULTS and v == _LATER_SCHEDULE_DEFAULTS[k])
+            if not (k in _LATER_SCHEDULE_DEFAULTS and v in _LATER_SCHEDULE_DEFAULTS[k])
         }
     return identity_hash(ident), ident
 
@@ -90,7 +90,13 @@ def calibrates(schedule: Mapping[str, Any] | None) -> bool:
     if not isinstance(schedule, Mapping):
         return False
     setting = _CALIBRATED_UNLESS.get(str(schedule.get("name")))
-    return setting is not None and schedule.get(setting) is None
+    # without a target speedup there is nothing to calibrate to (the builders then use their
+    # default threshold or sharpness)
+    return (
+        setting is not None
+        and schedule.get(setting) is None
+        and schedule.get("target_speedup") is not None
+    )
 
 
 def eval_identity(ev: Mapping[str, Any], schedule: Mapping[str, Any] | None = None) -> str:

@@ -17,7 +17,9 @@ accounting of skipdecode):
 
 planned → test references isolates the split (test references differ from validation ones);
 test references → reached isolates the model's output lengths. Writes ``reach.csv`` (one line
-per cell) and ``reach.md`` into the folder, each whole or not at all.
+per cell) and ``reach.md`` into the folder, each whole or not at all. Lengths are counted with
+the tokenizer of the cell's pretrained model (``conf/model/<model>.yaml``; a model whose
+tokenizer is trained on the data, such as ``tiny``, has none to count with: an error says so).
 
     python -m skipdecode.experiments.reach results/e2e_smollm2 results/e2e_gemma3
 """
@@ -34,9 +36,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..data.datasets import get_task, load_split, target_lengths
+from ..data.datasets import dataset_options, get_task, load_split, target_lengths
 from ..io import read_json_or_none, write_text_atomic
-from ..models.loading import load_pretrained_tokenizer
+from ..models.loading import ModelConfigError, load_pretrained_tokenizer, needs_trained_tokenizer
 from ..paths import repo_root
 from ..schedules import build_schedule
 from .table import CELL_FILE, csv_text, row_order
@@ -61,7 +63,6 @@ COLUMNS = (
     "reference_tokens",
     "generated_tokens",
 )
-_LOADER_KEYS = ("name", "data_dir", "seed", "validation_fraction")
 
 
 def _repo() -> Path:
@@ -76,22 +77,32 @@ def _repo() -> Path:
 @lru_cache(maxsize=4)
 def _tokenizer(model: str) -> Any:
     cfg = OmegaConf.to_container(OmegaConf.load(_repo() / "conf" / "model" / f"{model}.yaml"))
+    if needs_trained_tokenizer(cfg):
+        raise ModelConfigError(
+            f"model={model}: its tokenizer is trained on the data (model.source="
+            f"{cfg.get('source')}); the reach table counts lengths with a pretrained model's"
+        )
     return load_pretrained_tokenizer(cfg)
 
 
 def _dataset(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The loader settings of the record's dataset, its folder found on this machine."""
-    ds = {k: v for k, v in (record.get("dataset") or {}).items() if k in _LOADER_KEYS}
+    """The loader settings of the record's dataset (its folder found on this machine: the
+    checkout's ``paths.shared_dir``, ``../shared``, when the recorded one is elsewhere)."""
+    recorded = record.get("dataset") or {}
+    keys = {"name", "data_dir", "hub_name", "seed", *dataset_options(str(recorded["name"]))}
+    ds = {k: v for k, v in recorded.items() if k in keys}
     if ds.get("data_dir") and not Path(str(ds["data_dir"])).is_dir():
         ds["data_dir"] = str(_repo().parent / "shared" / "data" / str(ds["name"]))
     return ds
 
 
 @lru_cache(maxsize=16)
-def _lengths(model: str, dataset: tuple[tuple[str, Any], ...], split: str) -> tuple[int, ...]:
+def _lengths(
+    model: str, dataset: tuple[tuple[str, Any], ...], split: str, limit: int | None = None
+) -> tuple[int, ...]:
     settings = dict(dataset)
     name = settings.pop("name")
-    pairs = load_split(name, split, **settings)
+    pairs = load_split(name, split, limit=limit, **settings)
     return tuple(target_lengths(pairs, _tokenizer(model), task=get_task(name)))
 
 
@@ -108,7 +119,8 @@ def _cell_reach(row: Mapping[str, Any]) -> dict[str, Any] | None:
     )
     dataset = tuple(sorted(_dataset(record).items()))
     model = str(row["model"])
-    test = _lengths(model, dataset, "test")
+    scored = record.get("dataset") or {}  # the split and inputs the record scored
+    test = _lengths(model, dataset, str(scored.get("split") or "test"), scored.get("limit"))
     out["reference_tokens"] = statistics.fmean(test)
     calibration = desc.get("calibration")
     if calibration:

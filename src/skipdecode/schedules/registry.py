@@ -75,9 +75,11 @@ def build_schedule(
     """
     cfg = dict(cfg)
     name = cfg.get("name")
-    rule = cfg.get("lengths", "median")
-    if "lengths" in cfg and rule not in LENGTH_RULES:
-        raise ScheduleError(f"schedule.lengths={rule!r}; allowed: {', '.join(LENGTH_RULES)}")
+    rule = cfg.get("lengths") or "median"  # null: the default
+    if rule not in LENGTH_RULES:
+        raise ScheduleError(
+            f"schedule.lengths={rule!r}; allowed: {', '.join(LENGTH_RULES)} (null: median)"
+        )
     if rule == "validation":
         if name != "target":
             raise ScheduleError(

@@ -179,6 +179,12 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedu
         draft_cfg.get("name"),
         "a static schedule, not another speculative one",
     )
+    if (draft_cfg.get("lengths") or "median") != "median":
+        raise ScheduleError(
+            f"schedule.draft.lengths={draft_cfg.get('lengths')!r}; allowed: median (a lossless "
+            "draft is fitted at the expected length; validation lengths apply to "
+            "schedule.name=target only)"
+        )
     draft = build_schedule(draft_cfg, num_layers, expected_length)
     static = draft.static()
     require(

@@ -123,9 +123,11 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         ),
         # what the schedule plans over the validation split's target lengths (a generation
         # that writes shorter or longer outputs reaches another speedup; see the reach table)
-        "planned_speedup": module.validation_plan.theoretical_speedup(
+        "planned_speedup": module.schedule.static().theoretical_speedup(
             datamodule.validation_lengths or [datamodule.expected_length]
-        ),
+        )
+        if module.schedule.static() is not None
+        else None,
         "truncation": datamodule.truncation_summary(),
         "num_train_examples": len(datamodule.train_set or []),
         "num_val_examples": len(datamodule.val_set or []),
