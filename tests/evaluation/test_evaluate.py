@@ -322,13 +322,13 @@ def test_validation_lengths_are_those_of_the_validation_sources_training_used(tm
     from skipdecode.data.datasets import get_task, target_lengths
     from skipdecode.schedules import linear_for_speedup
 
-    model = make_exported_dir(tmp_path / "m", num_layers=12, width=32)
+    model = make_exported_dir(tmp_path / "m", num_layers=24, width=32)
     tokenizer, pairs = _validation(model)
     sources = list(dict.fromkeys(p.source for p in pairs))
     limited = [p for p in pairs if p.source in sources[:2]]
     task = get_task("synthetic")
     fits = {
-        name: linear_for_speedup(12, 3, 16, lengths=target_lengths(subset, tokenizer, task=task))
+        name: linear_for_speedup(24, 3, 16, lengths=target_lengths(subset, tokenizer, task=task))
         for name, subset in (("all", pairs), ("limited", limited))
     }
     assert fits["all"].describe() != fits["limited"].describe()  # the limit matters here

@@ -201,22 +201,28 @@ def dataset_settings(data_cfg: Mapping[str, Any], meta: Mapping[str, Any]) -> di
     return {"name": name, **settings}
 
 
-def load_examples(settings: Mapping[str, Any], split: str, limit: int | None) -> list[Any]:
+def _load_pairs(settings: Mapping[str, Any], split: str, limit: int | None = None) -> list[Any]:
+    """One example per (source, reference) pair of ``split`` (:func:`dataset_settings`)."""
     kwargs = {k: v for k, v in settings.items() if k not in ("name", "max_source_tokens")}
-    examples = load_split(settings["name"], split, limit=limit, **kwargs)
+    return load_split(settings["name"], split, limit=limit, **kwargs)
+
+
+def load_examples(settings: Mapping[str, Any], split: str, limit: int | None) -> list[Any]:
+    examples = _load_pairs(settings, split, limit)
     grouped = group_by_source(examples)
     if not grouped:
         raise EvaluationError(f"dataset {settings['name']!r} split {split!r} has no inputs")
     return grouped
 
 
-def validation_lengths(settings: Mapping[str, Any], tokenizer: Any, task: Any) -> list[int]:
-    """Every target length (tokens, EOS included) of the validation split, one per (source,
-    reference) pair as training sees them: what ``schedule.lengths: validation`` fits to."""
-    kwargs = {k: v for k, v in settings.items() if k not in ("name", "max_source_tokens")}
-    return target_lengths(
-        load_split(settings["name"], "validation", **kwargs), tokenizer, task=task
-    )
+def validation_lengths(
+    settings: Mapping[str, Any], tokenizer: Any, task: Any, limit: int | None = None
+) -> list[int]:
+    """Every target length (tokens, EOS included) of the validation split (its first ``limit``
+    sources: ``dataset.limit_validation``), one per (source, reference) pair as training sees
+    them: what ``schedule.lengths: validation`` fits to."""
+    pairs = _load_pairs(settings, "validation", limit)
+    return target_lengths(pairs, tokenizer, task=task)
 
 
 def draft_vocabulary(settings: Mapping[str, Any], tokenizer: Any, size: int) -> list[int]:
@@ -224,8 +230,7 @@ def draft_vocabulary(settings: Mapping[str, Any], tokenizer: Any, size: int) -> 
     *training* targets (EOS first), never in the split being scored."""
     from ..core.subset_head import frequency_ranked_vocab
 
-    kwargs = {k: v for k, v in settings.items() if k not in ("name", "max_source_tokens")}
-    train = load_split(settings["name"], "train", **kwargs)
+    train = _load_pairs(settings, "train")
     targets = [tokenizer(ex.target, add_special_tokens=False)["input_ids"] for ex in train]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     return frequency_ranked_vocab(targets, size, always=eos)
