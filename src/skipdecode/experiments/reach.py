@@ -127,9 +127,9 @@ def _cell_reach(row: Mapping[str, Any]) -> dict[str, Any] | None:
         out["planned"] = calibration.get("theoretical_speedup")
         out["planned_on"] = f"{calibration.get('num_inputs')} {calibration.get('split')} inputs"
         return out
-    schedule = build_schedule(desc, int(desc["num_layers"]))
-    if not hasattr(schedule, "theoretical_speedup") or desc["name"] == "speculative":
-        return out  # per-token plans (lossless mode): no static budget to plan with
+    schedule = build_schedule(desc, int(desc["num_layers"])).static()
+    if schedule is None:
+        return out  # no static budget to plan with (the lossless mode)
     validation = _lengths(model, dataset, "validation")
     out["planned"] = schedule.theoretical_speedup(validation)
     out["planned_on"] = f"{len(validation)} validation targets"
