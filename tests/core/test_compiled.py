@@ -16,9 +16,10 @@ import torch
 from tiny_models import PAD, left_padded_batch, tiny_family, tiny_llama, tiny_opt
 from torch._dynamo.utils import counters
 
-from skipdecode.core.compiled import bucketed_capacity
+from skipdecode.core.compiled import SmallBatchMatmul, bucketed_capacity
 from skipdecode.core.engine import SkipDecoder
-from skipdecode.schedules import FullSchedule, LinearSchedule, linear_for_speedup
+from skipdecode.core.subset_head import frequency_ranked_vocab
+from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
 
 LENGTHS = [5, 9, 3, 7]
 NEW = 12
@@ -81,6 +82,101 @@ def test_compiled_greedy_equals_eager_and_transformers(models, family):
         assert torch.equal(out.sequences, ref.sequences)
         assert out.active_layers == ref.active_layers
         _close(out.step_logits, ref.step_logits)
+
+
+def test_compiled_batch_of_one_equals_eager_and_transformers(models):
+    """Batch 1 is where the matrix-vector rewrite of :class:`SmallBatchMatmul` applies."""
+    model = models["llama"]
+    ids, mask = left_padded_batch([6], seed=4)
+    hf = model.generate(
+        input_ids=ids, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=PAD
+    )
+    kw = dict(eos_token_id=[], pad_token_id=PAD, return_logits=True)
+    schedule = linear_for_speedup(6, 2, NEW)
+    for plan in (FullSchedule(6), schedule):
+        ref = SkipDecoder(model).generate(ids, plan, NEW, mask, **kw)
+        out = SkipDecoder(model, compile=True).generate(ids, plan, NEW, mask, **kw)
+        assert out.stats.compiled
+        assert torch.equal(out.sequences, ref.sequences)
+        _close(out.step_logits, ref.step_logits)
+    assert torch.equal(
+        SkipDecoder(model, compile=True)
+        .generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
+        .sequences,
+        hf,
+    )
+
+
+def _linear_graph(rows: int, dtype: torch.dtype = torch.float32):
+    """``mm(x, permute(W, [1, 0]))`` as inductor's post-grad graphs write a linear layer."""
+    aten = torch.ops.aten
+    x, w = torch.randn(rows, 16, dtype=dtype), torch.randn(40, 16, dtype=dtype)
+    graph = torch.fx.Graph()
+    xn, wn = graph.placeholder("x"), graph.placeholder("w")
+    xn.meta["val"], wn.meta["val"] = x, w
+    wt = graph.call_function(aten.permute.default, (wn, [1, 0]))
+    graph.output(graph.call_function(aten.mm.default, (xn, wt)))
+    return graph, x, w
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_small_batch_matmul_rewrites_products_and_keeps_them(rows):
+    graph, x, w = _linear_graph(rows)
+    SmallBatchMatmul()(graph)
+    ops = {n.target for n in graph.nodes if n.op == "call_function"}
+    aten = torch.ops.aten
+    if rows == 1:  # one float32 row: a reduction, no GEMM
+        assert aten.sum.dim_IntList in ops and aten.mm.default not in ops
+    else:  # the weight is the GEMM's left operand
+        (mm,) = [n for n in graph.nodes if n.target is aten.mm.default]
+        assert mm.args[0].name == "w"
+    out = torch.fx.GraphModule(torch.nn.Module(), graph)(x, w)
+    assert out.shape == (rows, 40)
+    torch.testing.assert_close(out, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_small_batch_matmul_keeps_a_gemm_for_one_bfloat16_row():
+    graph, x, w = _linear_graph(1, torch.bfloat16)
+    SmallBatchMatmul()(graph)
+    assert torch.ops.aten.mm.default in {n.target for n in graph.nodes}
+
+
+def test_compiled_speculative_is_the_full_models_output(models):
+    """The lossless mode's draft and verify passes on the compiled path: greedy tokens equal
+    the eager full model's, with rows leaving at EOS, rounds that propose fewer than k (the
+    verify pass is padded to k + 1) and a draft vocabulary (its own compiled head)."""
+    model = models["llama"]
+    ids, mask = left_padded_batch([5, 9], seed=5)
+    eager = SkipDecoder(model)
+    ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
+    eos = int(ref.generated_ids[0, NEW // 2])  # row 0 stops halfway, row 1 goes on
+    vocab = frequency_ranked_vocab(ref.generated_ids.tolist(), 8, always=[eos])
+    compiled = SkipDecoder(model, compile=True)
+    kw = dict(eos_token_id=[eos], pad_token_id=PAD)
+    full = eager.generate(ids, FullSchedule(6), NEW, mask, **kw)
+    draft = {"name": "target", "target_speedup": 2, "expected_length": NEW}
+    for extra in ({}, {"threshold": 0.5}, {"draft_vocab": vocab}):
+        cfg = {"name": "speculative", "draft": draft, "k": 3}
+        sched = build_schedule(
+            {**cfg, **{k: v for k, v in extra.items() if k != "draft_vocab"}}, 6, NEW
+        )
+        if "draft_vocab" in extra:
+            sched = sched.with_draft_vocab(extra["draft_vocab"])
+        out = compiled.generate(ids, sched, NEW, mask, **kw)
+        assert out.stats.compiled, extra
+        assert torch.equal(out.generated_ids, full.generated_ids), extra
+        assert out.stats.generated_lengths == full.stats.generated_lengths
+        assert out.stats.speculation.drafted > 0
+    assert min(full.stats.generated_lengths) < NEW  # a row left the batch
+    assert out.stats.decode_seconds > 0 and compiled.compiled.compile_seconds > 0
+    seen = compiled.compiled._seen  # what ran compiled: one- and (k + 1)-position passes of
+    assert {key[1][:2] for key in seen if key[0] != "head" and key[0] != "subset_head"} >= {
+        (2, 1),
+        (2, 4),
+        (1, 1),
+        (1, 4),
+    }  # both batch sizes, and a draft-vocabulary head
+    assert any(key[0] == "subset_head" for key in seen)
 
 
 def test_compiled_reuses_its_graphs_and_keeps_compiling_out_of_decode_time(models):

@@ -108,10 +108,11 @@ def test_train_bench_writes_complete_json(tmp_path):
 
 
 @pytest.mark.slow  # an end-to-end run of its own: make test-slow
-def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
+@pytest.mark.parametrize("compile", [False, True])
+def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile):
     """The lossless-mode benchmark on SmolLM2 chat prompts, EOS on: acceptance overall and per
     draft budget, the round's cost split, a chosen constant draft, and every speculative output
-    checked against the full model's."""
+    checked against the full model's; on the eager and on the compiled path."""
     from ci import skip_unless_ci
 
     from skipdecode.experiments.bench_speculative import main as bench_speculative_main
@@ -139,10 +140,12 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
             "--auto-off",
             f"--out={tmp_path}",
             "--name=spec",
+            *(["--compile"] if compile else []),
         ]
     )
     result = json.loads((tmp_path / "spec.json").read_text())
     (cell,) = result["cells"]
+    assert cell["compiled"] is compile and (cell["compile_s"] is not None) is compile
     assert cell["batches"] == 2 and cell["stop_at_eos"] is True  # 3 prompts in batches of 2
     rows = cell["variants"]
     assert set(rows) == {
@@ -167,3 +170,4 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path):
     assert 0 <= auto["turned_off"] + auto["started_off"] <= cell["batches"]
     table = (tmp_path / "spec.md").read_text()
     assert "| speculative-k2 |" in table and "speculative-k2-auto (off in " in table
+    assert ("| compiled |" in table) is compile

@@ -20,8 +20,14 @@ few graphs. Per-layer lengths and the gap check stay in Python, outside the grap
 Small-batch matrix products: a linear layer computes ``x @ W.T`` with ``x`` of ``B`` rows; for
 the few rows of a decode step the CPU's GEMM is much slower with the weight as the transposed
 right operand than as the left one (the SmolLM2 head at batch 8: 23 ms against 9 ms for
-``(W @ x.T).T``, the same arithmetic). A post-grad pass (:class:`WeightLeftMatmul`) rewrites
+``(W @ x.T).T``, the same arithmetic). A post-grad pass (:class:`SmallBatchMatmul`) rewrites
 every ``mm(x, W.T)`` with at most :data:`LEFT_WEIGHT_ROWS` rows in the compiled graphs that way.
+A single float32 row on a CPU goes further: the BLAS matrix-vector product runs on one thread
+(the SmolLM2 head: 9.3 ms with one thread or two, a quarter of the memory bandwidth), so the
+pass writes it as ``(x * W).sum(-1)``, which inductor compiles into one reduction over ``W``
+split across the threads (4.5 ms, near the bandwidth floor). The products are the same; the
+order of the sum differs, which the logit tolerance covers. With two rows or more that
+reduction would read ``W`` once per row, so it stays a GEMM.
 
 Exactness: the compiled step computes the same operations (inductor may fuse and reorder
 floating-point arithmetic); masked columns contribute exactly zero to the softmax. The tests
@@ -45,7 +51,14 @@ from .cache import StaticKVCache
 
 _aten = torch.ops.aten
 
-__all__ = ["CAPACITY_BUCKET", "COMPILE_MODES", "CompiledLayers", "bucketed_capacity"]
+__all__ = [
+    "CAPACITY_BUCKET",
+    "COMPILE_MODES",
+    "CompiledLayers",
+    "CompileTime",
+    "SmallBatchMatmul",
+    "bucketed_capacity",
+]
 
 CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -53,10 +66,11 @@ RECOMPILE_LIMIT = 64
 LEFT_WEIGHT_ROWS = 64  # mm(x, W.T) with at most this many rows becomes (W @ x.T).T
 
 
-class WeightLeftMatmul(CustomGraphPass):
+class SmallBatchMatmul(CustomGraphPass):
     """Inductor post-grad pass: ``mm(x, permute(W, [1, 0]))`` (and ``addmm(b, x, W.T)``) with
     at most :data:`LEFT_WEIGHT_ROWS` static rows becomes ``permute(mm(W, x.T), [1, 0])`` (+ b):
-    the same products and sums, with the weight as the GEMM's left operand."""
+    the same products and sums, with the weight as the GEMM's left operand. One float32 row on
+    a CPU becomes ``sum(x * W, -1)`` (+ b): a reduction inductor parallelises."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         for node in list(graph.nodes):
@@ -74,13 +88,19 @@ class WeightLeftMatmul(CustomGraphPass):
                 and list(wt.args[1]) == [1, 0]
             ):
                 continue
-            rows = getattr(x.meta.get("val"), "shape", (None,))[0]
+            val = x.meta.get("val")
+            rows = getattr(val, "shape", (None,))[0]
             if not isinstance(rows, int) or rows > LEFT_WEIGHT_ROWS:
                 continue
             with graph.inserting_before(node):
-                xt = graph.call_function(_aten.permute.default, (x, [1, 0]))
-                product = graph.call_function(_aten.mm.default, (wt.args[0], xt))
-                out = graph.call_function(_aten.permute.default, (product, [1, 0]))
+                if rows == 1 and val.device.type == "cpu" and val.dtype == torch.float32:
+                    products = graph.call_function(_aten.mul.Tensor, (x, wt.args[0]))
+                    row = graph.call_function(_aten.sum.dim_IntList, (products, [1]))
+                    out = graph.call_function(_aten.unsqueeze.default, (row, 0))
+                else:
+                    xt = graph.call_function(_aten.permute.default, (x, [1, 0]))
+                    product = graph.call_function(_aten.mm.default, (wt.args[0], xt))
+                    out = graph.call_function(_aten.permute.default, (product, [1, 0]))
                 if bias is not None:
                     out = graph.call_function(_aten.add.Tensor, (out, bias))
             node.replace_all_uses_with(out)
@@ -127,6 +147,12 @@ def _layer_step(
     return out[0] if isinstance(out, tuple) else out
 
 
+def _subset_logits(
+    adapter: DecoderAdapter, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return adapter.head_logits(adapter.head_input(hidden), weight, bias)
+
+
 class CompiledLayers:
     """The compiled layer step and head of one model (built once per decoder, reused by every
     ``generate`` call); ``compile_seconds`` adds up the calls that compiled."""
@@ -144,9 +170,10 @@ class CompiledLayers:
         # torch.compile takes a mode or options: the mode's own options, plus the pass
         from torch._inductor import list_mode_options
 
-        options = {**list_mode_options(mode), "post_grad_custom_post_pass": WeightLeftMatmul()}
+        options = {**list_mode_options(mode), "post_grad_custom_post_pass": SmallBatchMatmul()}
         self._layer = torch.compile(_layer_step, dynamic=False, options=options)
         self._head = torch.compile(adapter.head, dynamic=False, options=options)
+        self._subset_head = torch.compile(_subset_logits, dynamic=False, options=options)
         self._modules = list(adapter.layers)
         self._kinds = [adapter.layer_kind(i) for i in range(adapter.num_layers)]
         self._seen: set[tuple] = set()
@@ -174,8 +201,9 @@ class CompiledLayers:
         mask: torch.Tensor,
     ) -> torch.Tensor:
         """``hidden`` ``(B, T, D)`` through ``layers`` (bottom to top), each writing ``T`` cache
-        columns from ``cache_position`` in place, then the head: logits ``(B, T, V)``.
-        ``mask``: ``(B, 1, T, capacity)`` additive, unwritten columns hidden."""
+        columns from ``cache_position`` in place: the hidden states leaving the last layer (the
+        head is :meth:`head`). ``mask``: ``(B, 1, T, capacity)`` additive, unwritten columns
+        hidden."""
         B, T, _ = hidden.shape
         position = torch.arange(cache_position, cache_position + T, device=hidden.device)
         adapter, step, seen = self.adapter, self._layer, self._seen
@@ -194,12 +222,22 @@ class CompiledLayers:
             )
             key = (self._kinds[i], shape)
             hidden = step(*args) if key in seen else self._first(key, step, *args)
-        return self.head(hidden)
+        return hidden
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The compiled head (final norm, LM head): logits ``(B, T, V)``."""
         key = ("head", *hidden.shape)
         return self._head(hidden) if key in self._seen else self._first(key, self._head, hidden)
+
+    def subset_head(
+        self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The compiled head over the rows ``weight`` ``(N, D)`` of the LM head (a draft
+        vocabulary, :class:`~skipdecode.core.subset_head.SubsetHead`): logits ``(B, T, N)``."""
+        key = ("subset_head", *hidden.shape, *weight.shape, bias is None)
+        args = (self.adapter, hidden, weight, bias)
+        fn = self._subset_head
+        return fn(*args) if key in self._seen else self._first(key, fn, *args)
 
 
 def future_mask(base: torch.Tensor, column: int) -> torch.Tensor:
@@ -208,3 +246,15 @@ def future_mask(base: torch.Tensor, column: int) -> torch.Tensor:
     capacity = base.shape[-1]
     written = torch.arange(capacity, device=base.device) <= column
     return torch.where(written, base, torch.finfo(base.dtype).min)
+
+
+class CompileTime:
+    """Seconds ``compiled`` spent compiling since this was made (always 0 without it): what a
+    decode call takes out of its decoding time."""
+
+    def __init__(self, compiled: CompiledLayers | None):
+        self.compiled = compiled
+        self.start = 0.0 if compiled is None else compiled.compile_seconds
+
+    def seconds(self) -> float:
+        return 0.0 if self.compiled is None else self.compiled.compile_seconds - self.start

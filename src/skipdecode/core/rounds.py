@@ -1,5 +1,5 @@
 """The state a speculative decode carries between rounds: the live rows, what a round leaves
-behind for inspection, the clock that splits a round's time into its parts, and the pace that
+behind for inspection, what a call returns, the clock that splits a round's time into its parts, and the pace that
 decides whether speculating still pays for a batch."""
 
 from __future__ import annotations
@@ -10,14 +10,69 @@ from typing import Any
 import torch
 
 from .clock import now
+from .stats import GenerationOutput, GenerationStats, SpeculationCounts
 
-__all__ = ["JUDGE_ROUNDS", "RETRY_EVERY", "Pace", "PaceBook", "PhaseClock", "RoundView", "Rows"]
+__all__ = [
+    "JUDGE_ROUNDS",
+    "RETRY_EVERY",
+    "Pace",
+    "PaceBook",
+    "PhaseClock",
+    "RoundView",
+    "Rows",
+    "SpeculativeResult",
+    "speculative_output",
+]
 
 #: speculative rounds a batch times before ``auto_off`` may turn speculation off
 JUDGE_ROUNDS = 3
 #: calls of a batch size that decode plainly after it was judged not to pay, before one judges
 #: again (the prompt mix may have changed)
 RETRY_EVERY = 8
+
+
+@dataclass
+class SpeculativeResult:
+    generated: torch.Tensor  # (B, N), padded after EOS
+    budgets: list[int]  # layers of every pass (draft and verify), in order
+    live_rows: list[int]  # rows in every pass
+    counts: SpeculationCounts
+    prefill_seconds: float
+    decode_seconds: float
+    verify_passes: list[bool] = field(default_factory=list)  # which passes were verify passes
+    lengths: list[int] = field(default_factory=list)  # tokens per row, EOS included
+    compile_seconds: float = 0.0  # the compiled path's compiling during the call, not decoding
+    compiled: bool = False  # the passes ran on the decoder's compiled path
+
+
+def speculative_output(
+    result: SpeculativeResult,
+    num_layers: int,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+) -> GenerationOutput:
+    """The engine's output for a speculative call: ids cut to the longest row, and stats that
+    list every draft and verify pass (``GenerationStats.speculation`` holds the counts)."""
+    lengths = result.lengths
+    gen = result.generated[:, : max(lengths, default=0)]
+    return GenerationOutput(
+        sequences=torch.cat([input_ids, gen], dim=1),
+        generated_ids=gen,
+        prompt_mask=attention_mask,
+        stats=GenerationStats(
+            num_layers=num_layers,
+            prompt_length=input_ids.shape[1],
+            budgets=result.budgets,
+            live_rows=result.live_rows,
+            generated_lengths=lengths,
+            prefill_seconds=result.prefill_seconds,
+            decode_seconds=result.decode_seconds,
+            batch_size=input_ids.shape[0],
+            speculation=result.counts,
+            compile_seconds=result.compile_seconds,
+            compiled=result.compiled,
+        ),
+    )
 
 
 @dataclass(frozen=True)

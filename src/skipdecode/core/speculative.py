@@ -27,6 +27,13 @@ position (the columns past it, rejected by every row, are rewritten). Position i
 row's own tokens, so holes do not shift them. Finished rows leave the batch (the cache keeps
 only live rows), so they stop costing.
 
+Compiled path. On a decoder built with ``compile=`` (:mod:`~skipdecode.core.compiled`) every
+draft and verify pass runs the compiled layer step and head (a draft vocabulary gets its own
+compiled head). A draft pass is a one-position step; the verify pass always computes ``k + 1``
+positions (padded after the real ones when fewer were proposed), so each batch size compiles
+two layer graphs per layer kind. Finished rows still leave the batch, so a batch compiles again
+for every smaller size it reaches.
+
 Turning itself off. With ``auto_off`` a batch first runs one plain round (a verify pass of one
 position: one full step) and times it, then speculates; after a few timed rounds, once its
 rounds took longer than plain steps would have for the same tokens, the rest of the batch runs
@@ -47,19 +54,28 @@ into draft layers, draft head (with choosing the token), verify, acceptance and 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
 
 from .acceptance import accept_greedy, accept_sampled
 from .adapters import DecoderAdapter
 from .cache import KVCache
 from .clock import now
+from .compiled import CompiledLayers, CompileTime, bucketed_capacity
 from .masks import block_attention_mask
-from .rounds import Pace, PaceBook, PhaseClock, RoundView, Rows
+from .rounds import (
+    Pace,
+    PaceBook,
+    PhaseClock,
+    RoundView,
+    Rows,
+    SpeculativeResult,
+    speculative_output,
+)
 from .sampling import SamplingConfig, probabilities, select_next
-from .stats import GenerationOutput, GenerationStats, SpeculationCounts
+from .stats import SpeculationCounts
 from .step import Speculation
 from .subset_head import SubsetHead
 
@@ -69,6 +85,7 @@ class SkipDecoder(Protocol):
 
     adapter: DecoderAdapter
     num_layers: int
+    compiled: CompiledLayers | None
 
     def new_cache(self, batch: int, capacity: int) -> KVCache: ...
 
@@ -82,46 +99,6 @@ class SkipDecoder(Protocol):
 
 
 __all__ = ["RoundView", "SpeculativeResult", "speculative_generate", "speculative_output"]
-
-
-@dataclass
-class SpeculativeResult:
-    generated: torch.Tensor  # (B, N), padded after EOS
-    budgets: list[int]  # layers of every pass (draft and verify), in order
-    live_rows: list[int]  # rows in every pass
-    counts: SpeculationCounts
-    prefill_seconds: float
-    decode_seconds: float
-    verify_passes: list[bool] = field(default_factory=list)  # which passes were verify passes
-    lengths: list[int] = field(default_factory=list)  # tokens per row, EOS included
-
-
-def speculative_output(
-    result: SpeculativeResult,
-    num_layers: int,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-) -> GenerationOutput:
-    """The engine's output for a speculative call: ids cut to the longest row, and stats that
-    list every draft and verify pass (``GenerationStats.speculation`` holds the counts)."""
-    lengths = result.lengths
-    gen = result.generated[:, : max(lengths, default=0)]
-    return GenerationOutput(
-        sequences=torch.cat([input_ids, gen], dim=1),
-        generated_ids=gen,
-        prompt_mask=attention_mask,
-        stats=GenerationStats(
-            num_layers=num_layers,
-            prompt_length=input_ids.shape[1],
-            budgets=result.budgets,
-            live_rows=result.live_rows,
-            generated_lengths=lengths,
-            prefill_seconds=result.prefill_seconds,
-            decode_seconds=result.decode_seconds,
-            batch_size=input_ids.shape[0],
-            speculation=result.counts,
-        ),
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,7 +130,11 @@ def speculative_generate(
     out = torch.full((B, N), pad_id, dtype=torch.long, device=device)
     counts = SpeculationCounts()
     result = SpeculativeResult(out, [], [], counts, 0.0, 0.0)
-    cache = decoder.new_cache(B, P + N + spec.k + 1)
+    compiled = decoder.compiled
+    capacity = P + N + spec.k + 1
+    cache = decoder.new_cache(B, capacity if compiled is None else bucketed_capacity(capacity))
+    compiling = CompileTime(compiled)
+    result.compiled = compiled is not None
     subset = None if spec.draft_vocab is None else SubsetHead(decoder.adapter, spec.draft_vocab)
 
     t0 = now(device)
@@ -184,11 +165,11 @@ def speculative_generate(
         remaining = N - state.lengths
         plain = pace is not None and pace.plain
         m_max = 0 if plain else min(spec.k, int(remaining.max()) - 1)
-        cache.reserve(column + m_max + 1)
+        cache.reserve(column + (m_max if compiled is None else spec.k) + 1)
         state.reserve(column + m_max + 1)
         clock.lap("bookkeeping")
         timed = pace is not None and not pace.off  # an off pace needs no clock (a GPU sync)
-        started = now(device) if timed else 0.0
+        started = now(device) - compiling.seconds() if timed else 0.0
         column = _round(
             decoder,
             cache,
@@ -206,7 +187,8 @@ def speculative_generate(
         )
         counts.plain_rounds += int(plain)
         if timed:
-            pace.record(now(device) - started, float(state.new_counts.float().mean()))
+            elapsed = now(device) - compiling.seconds() - started
+            pace.record(elapsed, float(state.new_counts.float().mean()))
             counts.turned_off += int(pace.off)
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
             n_new = int(state.new_counts[r])
@@ -218,7 +200,8 @@ def speculative_generate(
     clock.lap("bookkeeping")
     if pace is not None and paces is not None:
         paces.finish(spec, B, pace)
-    result.decode_seconds = now(device) - t1
+    result.compile_seconds = compiling.seconds()
+    result.decode_seconds = now(device) - t1 - result.compile_seconds
     result.lengths = [int(n) for n in final_lengths.tolist()]
     return result
 
@@ -296,10 +279,15 @@ def _round(
     # -- verify -----------------------------------------------------------------------------
     cache.rewind(column)
     inputs = torch.cat([state.token[:, None], block], 1)  # (n, m + 1)
-    positions = pos0[:, None] + torch.arange(m + 1, device=device)
+    if decoder.compiled is not None and 0 < m < spec.k:
+        # the compiled path verifies k + 1 positions whatever m is (one graph per batch and
+        # length); the extra inputs come after the real ones, which never attend to them, and
+        # their columns lie past every row's accepted ones (holes, rewritten next round)
+        inputs = torch.cat([inputs, inputs[:, -1:].expand(n, spec.k - m)], 1)
+    positions = pos0[:, None] + torch.arange(inputs.shape[1], device=device)
     full = _pass(
         decoder, cache, state, inputs, positions, column, range(L), limit, None, clock, "verify"
-    )
+    )[:, : m + 1]
     result.budgets.append(L)
     result.live_rows.append(n)
     result.verify_passes.append(True)
@@ -352,25 +340,36 @@ def _pass(
     column: int,
     layers: Sequence[int],
     limit: int,
-    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    subset: SubsetHead | None = None,
     clock: PhaseClock | None = None,
     kind: str = "verify",
 ) -> torch.Tensor:
     """``tokens`` ``(n, T)`` at ``positions`` through ``layers``, writing cache columns
-    ``column ..``; logits ``(n, T, V)`` (``head``: another head, e.g. a vocabulary subset's).
-    Positions past the model's limit (inputs no row will use) are clamped. ``clock`` times
-    the layers as ``kind`` ("draft": ``draft_layers``; the head then as ``draft_head``)."""
-    adapter = decoder.adapter
+    ``column ..``; logits ``(n, T, V)`` (``subset``: over the draft vocabulary, ``(n, T, N)``),
+    on the decoder's compiled path when it has one. Positions past the model's limit (inputs
+    no row will use) are clamped. ``clock`` times the layers as ``kind`` ("draft":
+    ``draft_layers``; the head then as ``draft_head``)."""
+    adapter, compiled = decoder.adapter, decoder.compiled
     positions = positions.clamp(max=limit)
     hidden = adapter.embed(tokens, positions)
     kwargs = adapter.layer_kwargs(hidden, positions)
-    mask = block_attention_mask(state.visible, column, tokens.shape[1], hidden.dtype)
+    T = tokens.shape[1]
+    mask = block_attention_mask(state.visible, column, T, hidden.dtype)
     cache.begin(column)
-    for layer_idx in layers:
-        hidden = adapter.run_layer(layer_idx, hidden, mask, kwargs, cache)
+    if compiled is None:
+        for layer_idx in layers:
+            hidden = adapter.run_layer(layer_idx, hidden, mask, kwargs, cache)
+    else:  # attends over the whole capacity: the columns after the block are hidden
+        mask = F.pad(mask, (0, cache.capacity - column - T), value=torch.finfo(mask.dtype).min)
+        hidden = compiled.run(hidden, kwargs, layers, cache, column, mask)
     if clock is not None:
         clock.lap("draft_layers" if kind == "draft" else kind)
-    logits = (head or adapter.head)(hidden)
+    if subset is None:
+        logits = adapter.head(hidden) if compiled is None else compiled.head(hidden)
+    elif compiled is None:
+        logits = subset(hidden)
+    else:
+        logits = compiled.subset_head(hidden, subset.weight, subset.bias)
     if clock is not None:
         clock.lap("draft_head" if kind == "draft" else kind)
     return logits

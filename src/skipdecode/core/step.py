@@ -84,10 +84,11 @@ class DecodeStep:
         hidden, kwargs = self.embed()
         if self.compiled is not None:
             assert self.capacity_mask is not None
-            logits = self.compiled.run(
+            compiled = self.compiled
+            hidden = compiled.run(
                 hidden, kwargs, layers, self.cache, self.cache_position, self.capacity_mask
             )
-            return logits[:, 0]
+            return compiled.head(hidden)[:, 0]
         for layer_idx in layers:
             hidden = self.layer(layer_idx, hidden, kwargs)
         return self.head(hidden)

@@ -19,8 +19,10 @@ split (draft layers, draft head, verify, acceptance, bookkeeping; ``profile_roun
 of one full decode step, with the speedup it predicts: ``tokens per round / (drafts x draft
 cost + verify + acceptance + bookkeeping)``. Among the constant-budget drafts the one with the
 highest predicted speedup is marked chosen. The split is timed on a CPU only (on a GPU it
-would synchronise every part of every round). (transformers' ``generate`` with a static cache and
-``torch.compile`` is the peer of the compiled decode benchmark, ``make bench-compiled``.)
+would synchronise every part of every round). With ``--compile`` every variant, the full
+baseline included, runs on the compiled decode path (``core.compiled``), its compiling kept out
+of the decode time. (transformers' ``generate`` with a static cache and ``torch.compile`` is
+the peer of the compiled decode benchmark, ``make bench-compiled``.)
 
     python -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
         --draft-budgets 6 8 10
@@ -126,14 +128,16 @@ def bench_speculative(
     draft_budgets: tuple[int, ...] = (),
     prompts: int = len(CHAT_PROMPTS),
     auto_off: bool = False,
+    compile: bool = False,
 ) -> dict[str, Any]:
     """One batch size: every variant over the whole workload, interleaved, median of
     ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
     drafts over N tokens: the tokenizer's first N ids (a BPE vocabulary's merge order, a
     frequency proxy where there are no training targets) and EOS. ``draft_budgets``: the
     largest k with a constant draft of b layers (warm-up layer plus the top b - 1).
-    ``auto_off``: the largest k again, turning itself off where it does not pay."""
-    dec = SkipDecoder(model, tokenizer)
+    ``auto_off``: the largest k again, turning itself off where it does not pay. ``compile``:
+    every variant on the compiled decode path."""
+    dec = SkipDecoder(model, tokenizer, compile=compile)
     L = dec.num_layers
     batches = _chat_batches(tokenizer, batch_size, prompts)
     draft = {"name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens}
@@ -240,6 +244,8 @@ def bench_speculative(
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "device": str(first_ids.device),
         "threads": torch.get_num_threads(),
+        "compiled": compile,
+        "compile_s": dec.compiled.compile_seconds if dec.compiled is not None else None,
         "variants": rows,
     }
 
@@ -248,10 +254,10 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
     """Per variant: acceptance (overall; per draft budget, highest first), tokens per verify,
     the round's cost split in full decode steps, the speedup it predicts and the measured one."""
     out = [
-        "| model | batch | variant | acceptance | by draft budget | tokens/verify | "
+        "| model | path | batch | variant | acceptance | by draft budget | tokens/verify | "
         "drafts/round | draft pass (head share) | verify | accept + bookkeeping | "
         "predicted | measured vs full | ms/step of full | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         for name, r in c["variants"].items():
@@ -275,7 +281,8 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
                 off = r.get("turned_off", 0) + r.get("started_off", 0)
                 label += f" (off in {off}/{c['batches']} batches)"
             out.append(
-                f"| {Path(c['model']).name} | {c['batch_size']} | {label} | "
+                f"| {Path(c['model']).name} | {'compiled' if c.get('compiled') else 'eager'} | "
+                f"{c['batch_size']} | {label} | "
                 f"{f(r.get('acceptance_rate'))} | {budgets} | {f(r.get('tokens_per_verify'))} | "
                 f"{f(cost.get('drafts_per_round'))} | {draft} | "
                 f"{f(cost.get('verify_per_round'))} | {f(other)} | "
@@ -321,6 +328,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also the largest k with auto_off (plain decoding once speculating is slower)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="every variant (the full baseline too) on the compiled decode path",
+    )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
     for n in args.draft_vocabs:
@@ -352,6 +364,7 @@ def main(argv: list[str] | None = None) -> None:
             tuple(args.draft_budgets),
             args.prompts,
             args.auto_off,
+            args.compile,
         )
         cell["model"] = str(path)
         cells.append(cell)
