@@ -32,8 +32,9 @@ reduction would read ``W`` once per row, so it stays a GEMM.
 Exactness: the compiled step computes the same operations (inductor may fuse and reorder
 floating-point arithmetic); masked columns contribute exactly zero to the softmax. The tests
 require greedy tokens identical to the eager path and to transformers' ``generate`` and logits
-within 1e-4 in float32. CALM, whose tokens exit at different depths and which drives the layers
-itself, stays on the eager path.
+within 1e-4 in float32. The lossless mode's passes run here too (``core.speculative``). CALM,
+whose tokens exit at different depths and which drives the layers itself, stays on the eager
+path.
 """
 
 from __future__ import annotations
