@@ -13,7 +13,8 @@ from skipdecode.core.acceptance import accept_sampled
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.rounds import JUDGE_ROUNDS, Pace, PaceBook
 from skipdecode.schedules import FullSchedule, ScheduleError, SpeculativeSchedule, build_schedule
-from skipdecode.schedules.base import StaticSchedule, plan_loss_sums
+from skipdecode.schedules.base import StaticSchedule, batched_speedup, plan_loss_sums
+from skipdecode.schedules.speculative import THRESHOLDS
 
 L = 8
 N = 24
@@ -218,12 +219,34 @@ def test_joint_recipe_trains_the_full_and_the_draft_plan():
         ({"draft": None}, r"schedule\.draft=None"),
         ({"recipe": "both"}, r"schedule\.recipe='both' .*joint"),
         ({"auto_off": "yes"}, r"schedule\.auto_off='yes' .*true or false"),
+        ({"threshold": "sometimes"}, r"schedule\.threshold='sometimes'.*or calibrate"),
     ],
 )
 def test_bad_settings_are_refused_clearly(cfg, match):
     full_cfg = {"name": "speculative", "draft": DRAFTS["target_2x"], "k": 2, **cfg}
     with pytest.raises((ScheduleError, ValueError), match=match):
         build_schedule(full_cfg, L, N)
+
+
+def test_threshold_calibration_keeps_the_best_layer_count_speedup_and_stays_exact():
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    ids, mask = left_padded_batch([4, 9, 7])
+    sched = speculative(k=4, threshold="calibrate")
+    assert sched.needs_calibration and sched.describe()["threshold"] == "calibrate"
+    with pytest.raises(ScheduleError, match="threshold=calibrate is chosen on validation"):
+        decoder.generate(ids, sched, N, mask)
+    batches = [(ids, mask), left_padded_batch([6, 2], seed=1)]
+    tuned, info = sched.calibrate(decoder, batches, N)
+    assert not tuned.needs_calibration and tuned.threshold == info["threshold"] in THRESHOLDS
+    found = info["speedup_by_threshold"]
+    assert set(found) == {str(t) for t in THRESHOLDS}
+    assert len(set(found.values())) > 1  # the threshold matters on this model
+    assert info["theoretical_speedup"] == max(found.values()) == found[str(tuned.threshold)]
+    assert batched_speedup(decoder, tuned, batches, N) == info["theoretical_speedup"]
+    full = decoder.generate(ids, FullSchedule(L), N, mask)
+    assert torch.equal(decoder.generate(ids, tuned, N, mask).generated_ids, full.generated_ids)
+    settled = speculative(k=4, threshold=0.5)
+    assert settled.calibrate(decoder, batches, N) == (settled, {})  # nothing to choose
 
 
 def test_speculative_schedule_is_not_a_step_runner():

@@ -292,6 +292,21 @@ def test_calibration_uses_every_validation_input_unless_limited(model_dir, tmp_p
     assert not (tmp_path / "0" / "record.json").exists()
 
 
+def test_the_lossless_modes_threshold_is_calibrated_on_validation_inputs(model_dir, tmp_path):
+    from skipdecode.schedules.speculative import THRESHOLDS
+
+    record = evaluate(
+        _cfg(
+            model_dir, tmp_path, "schedule=speculative_2x", "schedule.threshold=calibrate",
+            "eval.limit=2", "eval.calibration.limit=4", "eval.speed.baseline=null",
+        )
+    )  # fmt: skip
+    calibration = record["schedule"]["calibration"]
+    assert calibration["num_inputs"] == 4 and calibration["threshold"] in THRESHOLDS
+    assert record["schedule"]["threshold"] == calibration["threshold"]
+    assert set(calibration["speedup_by_threshold"]) == {str(t) for t in THRESHOLDS}
+
+
 def test_a_target_schedule_fitted_to_the_validation_lengths(model_dir, tmp_path):
     from skipdecode.data.datasets import get_task, target_lengths
     from skipdecode.schedules import linear_for_speedup

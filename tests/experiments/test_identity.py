@@ -163,6 +163,8 @@ def test_calibration_settings_name_the_evaluation_only_of_a_schedule_that_calibr
         {"name": "calm", "threshold": 0.9, "target_speedup": 2},
         {"name": "adaptive"},  # no target: the builder's default sharpness
         {"name": "target", "target_speedup": 2},
+        {"name": "speculative", "threshold": None},
+        {"name": "speculative", "threshold": 0.5},
     )
     for schedule in not_calibrated:
         assert not calibrates(schedule)
@@ -170,6 +172,7 @@ def test_calibration_settings_name_the_evaluation_only_of_a_schedule_that_calibr
     calibrated = (
         {"name": "calm", "threshold": None, "target_speedup": 2},
         {"name": "adaptive", "target_speedup": 4},
+        {"name": "speculative", "threshold": "calibrate"},
     )
     for schedule in calibrated:
         assert calibrates(schedule)

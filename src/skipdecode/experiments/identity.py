@@ -89,6 +89,8 @@ def calibrates(schedule: Mapping[str, Any] | None) -> bool:
     """Whether a schedule config is tuned on validation prompts before decoding."""
     if not isinstance(schedule, Mapping):
         return False
+    if schedule.get("name") == "speculative":  # the lossless mode's threshold, on request
+        return schedule.get("threshold") == "calibrate"
     setting = _CALIBRATED_UNLESS.get(str(schedule.get("name")))
     # without a target speedup there is nothing to calibrate to (the builders then use their
     # default threshold or sharpness)

@@ -7,7 +7,8 @@ The output is the full model's, token for token when greedy and in distribution 
     draft: {name: target, target_speedup: 2}   # any static schedule but the full model
     k: 4                                       # proposals per round (at most)
     threshold: null                            # or a probability: stop proposing after a
-                                               # token drafted below it (that one is kept)
+                                               # token drafted below it (that one is kept);
+                                               # or calibrate: chosen on validation prompts
     recipe: joint                              # training: joint | full | draft
     draft_weight: 1.0                          # joint: loss = full-plan + draft_weight * draft
     draft_vocab: null                          # or N: drafts score only the N tokens most
@@ -21,21 +22,30 @@ model is the verifier. ``recipe: joint`` trains both paths on every batch (the m
 loss of the full plan plus ``draft_weight`` times that of the draft plan); ``full`` trains the
 full plan only (a plain fine-tune, the draft untrained), ``draft`` the draft plan only (what
 SkipDecode itself trains). Validation loss is the full plan's: it is what the output follows.
+
+Calibration. ``threshold: calibrate`` leaves the threshold to the evaluation stage, which decodes
+the validation prompts (in the evaluation's batches) with each threshold of
+:data:`THRESHOLDS` (``None``: always draft ``k``) and keeps the one with the highest layer-count
+speedup (``L`` x tokens / layer passes of draft and verify; the first in grid order on a tie).
+That count is what weight-bound decoding pays; it does not see that a verify pass over ``k + 1``
+positions costs more than one step on a CPU, so it leans towards drafting more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..core.step import Speculation
 from .base import (
+    PromptBatch,
     Schedule,
     ScheduleError,
     ScheduleRun,
     StaticSchedule,
+    batched_speedup,
     plan_loss_sums,
     require,
 )
@@ -45,9 +55,11 @@ from .registry import build_schedule, register
 if TYPE_CHECKING:
     from ..core.engine import SkipDecoder
 
-__all__ = ["SpeculativeSchedule", "RECIPES"]
+__all__ = ["SpeculativeSchedule", "RECIPES", "THRESHOLDS"]
 
 RECIPES = ("joint", "full", "draft")
+#: the thresholds ``threshold: calibrate`` chooses from (None: always draft k tokens)
+THRESHOLDS: tuple[float | None, ...] = (None, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 #: how far ahead the draft plan is checked to be cheaper than the full model somewhere
 _HORIZON = 4096
 
@@ -61,7 +73,7 @@ class SpeculativeSchedule(Schedule):
         self,
         draft: StaticSchedule,
         k: int = 4,
-        threshold: float | None = None,
+        threshold: float | str | None = None,
         recipe: str = "joint",
         draft_weight: float = 1.0,
         draft_vocab: int | Sequence[int] | None = None,
@@ -99,8 +111,10 @@ class SpeculativeSchedule(Schedule):
         )
         self.draft_vocab_size: int | None = size
         self.draft_vocab: list[int] | None = ids
+        calibrating = threshold == "calibrate"
         # checks k, threshold and auto_off
-        self._speculation = Speculation(draft, k, threshold, ids, auto_off)
+        self._speculation = Speculation(draft, k, None if calibrating else threshold, ids, auto_off)
+        self._calibrating = calibrating
         self.draft = draft
         self.k = k
         self.threshold = threshold
@@ -108,10 +122,20 @@ class SpeculativeSchedule(Schedule):
         self.draft_weight = float(draft_weight)
         self.auto_off = auto_off
 
+    @property
+    def needs_calibration(self) -> bool:
+        return self._calibrating
+
     def start(self, batch_size: int) -> ScheduleRun:
         raise TypeError("a speculative schedule decodes through SkipDecoder.generate only")
 
     def speculation(self) -> Speculation:
+        if self.needs_calibration:
+            raise ScheduleError(
+                "schedule.threshold=calibrate is chosen on validation prompts: the evaluation "
+                "stage calibrates it, or call SpeculativeSchedule.calibrate(decoder, batches, "
+                "max_new_tokens) first"
+            )
         if self.draft_vocab_size is not None and self.draft_vocab is None:
             raise ScheduleError(
                 f"schedule.draft_vocab={self.draft_vocab_size} names a size; the token ids come "
@@ -123,15 +147,42 @@ class SpeculativeSchedule(Schedule):
     def with_draft_vocab(self, ids: Sequence[int]) -> SpeculativeSchedule:
         """This schedule, drafting over the token ``ids`` (e.g. :func:`~skipdecode.core.
         subset_head.frequency_ranked_vocab` of the training targets)."""
-        return SpeculativeSchedule(
-            self.draft,
-            self.k,
-            self.threshold,
-            self.recipe,
-            self.draft_weight,
-            list(ids),
-            self.auto_off,
-        )
+        return self._with(draft_vocab=list(ids))
+
+    def _with(self, **changes: Any) -> SpeculativeSchedule:
+        settings: dict[str, Any] = {
+            "k": self.k,
+            "threshold": self.threshold,
+            "recipe": self.recipe,
+            "draft_weight": self.draft_weight,
+            "draft_vocab": self.draft_vocab if self.draft_vocab is not None
+            else self.draft_vocab_size,
+            "auto_off": self.auto_off,
+        }  # fmt: skip
+        return SpeculativeSchedule(self.draft, **{**settings, **changes})
+
+    def calibrate(
+        self,
+        decoder: SkipDecoder,
+        batches: Sequence[PromptBatch],
+        max_new_tokens: int,
+        iterations: int = 8,
+    ) -> tuple[SpeculativeSchedule, dict[str, Any]]:
+        """The threshold of :data:`THRESHOLDS` with the highest layer-count speedup on these
+        (validation) prompt batches (``iterations`` is unused: the grid is fixed)."""
+        if not self.needs_calibration:
+            return self, {}
+        found = {
+            t: batched_speedup(decoder, self._with(threshold=t), batches, max_new_tokens)
+            for t in THRESHOLDS
+        }
+        best = max(THRESHOLDS, key=lambda t: found[t])  # max keeps the first on a tie
+        info = {
+            "threshold": best,
+            "theoretical_speedup": found[best],
+            "speedup_by_threshold": {str(t): v for t, v in found.items()},
+        }
+        return self._with(threshold=best), info
 
     def loss_sums(
         self,
@@ -195,10 +246,15 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedu
         "early_exit, unified, power_law",
     )
     threshold = cfg.get("threshold")
+    if isinstance(threshold, str) and threshold != "calibrate":
+        raise ScheduleError(
+            f"schedule.threshold={threshold!r}; allowed: null (always draft k tokens), a "
+            "probability in (0, 1), or calibrate (chosen on validation prompts)"
+        )
     return SpeculativeSchedule(
         static,  # type: ignore[arg-type]
         k=cfg.get("k", 4),
-        threshold=None if threshold is None else float(threshold),
+        threshold=threshold if threshold in (None, "calibrate") else float(threshold),
         recipe=str(cfg.get("recipe", "joint")),
         draft_weight=cfg.get("draft_weight", 1.0),
         draft_vocab=cfg.get("draft_vocab"),
