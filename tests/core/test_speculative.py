@@ -54,8 +54,53 @@ def test_greedy_output_is_the_full_models_token_for_token(family, k, draft):
     counts = spec.stats.speculation
     assert counts.drafted > 0 and 0 <= counts.accepted <= counts.drafted
     assert counts.verify_passes == counts.rounds and counts.draft_passes >= counts.rounds - 1
-    assert min(spec.stats.generated_lengths) < N  # some rows stopped at EOS ...
-    assert spec.stats.live_rows[-1] < len(ids)  # ... and left the batch: they stop costing
+    assert min(spec.stats.generated_lengths) < N  # some rows stopped at EOS
+    rows = spec.stats.live_rows  # the batch shrinks only to at most half of its rows
+    assert all(b == a or 2 * b <= a for a, b in zip(rows, rows[1:], strict=False))
+
+
+def _staggered_eos(generated: torch.Tensor) -> list[int]:
+    """EOS ids that stop the rows of a greedy output at as many different steps as they can
+    (none before step 2): tokens taken greedily by how far they spread the rows' ends."""
+    steps = generated.shape[1]
+    first = {}
+    for token in set(generated.flatten().tolist()):
+        hits = [(row == token).nonzero() for row in generated]
+        first[token] = [int(h[0]) if len(h) else steps for h in hits]
+    chosen, ends = [], [steps] * len(generated)
+    for token, at in sorted(first.items(), key=lambda kv: (-len(set(kv[1])), kv[0])):
+        new = [min(a, b) for a, b in zip(ends, at, strict=True)]
+        if len(set(new)) > len(set(ends)) and min(new) >= 2:
+            chosen, ends = [*chosen, token], new
+    return chosen
+
+
+def test_finished_rows_leave_the_batch_rarely(monkeypatch):
+    """A finished row stays (proposing and emitting nothing) until at most half the rows are
+    live: a batch of 8 copies its cache at most 3 times, and the output is the full model's."""
+    from skipdecode.core.cache import StaticKVCache
+
+    copies = []
+    original = StaticKVCache.select_rows
+
+    def counted(self, index):
+        copies.append(len(index))
+        return original(self, index)
+
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    ids, mask = left_padded_batch([5, 11, 3, 8, 6, 9, 4, 7], seed=2)
+    ref = decoder.generate(ids, FullSchedule(L), N, mask, stop_at_eos=False, decode_texts=False)
+    eos = _staggered_eos(ref.generated_ids)
+    kwargs = dict(eos_token_id=eos, pad_token_id=PAD, decode_texts=False)
+    full = decoder.generate(ids, FullSchedule(L), N, mask, **kwargs)
+    monkeypatch.setattr(StaticKVCache, "select_rows", counted)
+    out = decoder.generate(ids, speculative(k=1), N, mask, **kwargs)  # a token or two a round
+    assert torch.equal(out.generated_ids, full.generated_ids)
+    assert out.stats.generated_lengths == full.stats.generated_lengths
+    ends = {n for n in full.stats.generated_lengths if n < N}
+    assert len(ends) >= 5  # rows stop one by one: compacting each time would copy 5+ times
+    assert 1 <= len(copies) <= 3 and copies == sorted(copies, reverse=True)
+    assert out.stats.speculation.row_rounds < len(ids) * out.stats.speculation.rounds
 
 
 @pytest.mark.parametrize("cache", ["static", "dynamic"])

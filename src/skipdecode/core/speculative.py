@@ -24,8 +24,10 @@ so an accepted position holds exactly the full model's keys and values. Rows acc
 numbers of tokens: a row's rejected columns become *holes*, hidden from that row by its own key
 mask (``visible``) and never read again, and the next round starts after the furthest accepted
 position (the columns past it, rejected by every row, are rewritten). Position ids count each
-row's own tokens, so holes do not shift them. Finished rows leave the batch (the cache keeps
-only live rows), so they stop costing.
+row's own tokens, so holes do not shift them. A finished row stays in the batch (it proposes and
+emits nothing, and the columns it writes stay hidden) until at most half the rows are live;
+then the finished rows leave (the cache keeps only live rows). A compaction copies every
+layer's cache, so a batch of ``B`` compacts at most ``log2(B)`` times, not once per row.
 
 Compiled path. On a decoder built with ``compile=`` (:mod:`~skipdecode.core.compiled`) every
 draft and verify pass runs the compiled layer step and head (a draft vocabulary gets its own
@@ -158,11 +160,13 @@ def speculative_generate(
         state.finished |= state.lengths >= N
         if bool(state.finished.all()):
             break
-        if bool(state.finished.any()):
-            keep = (~state.finished).nonzero().squeeze(1)
+        live = ~state.finished
+        if 2 * int(live.sum()) <= len(live):  # compact rarely: each time copies every layer
+            keep = live.nonzero().squeeze(1)
             state = state.select(keep)
             cache.select_rows(keep)
-        remaining = N - state.lengths
+        # finished rows still in the batch need nothing: they propose and emit no token
+        remaining = torch.where(state.finished, 0, N - state.lengths)
         plain = pace is not None and pace.plain
         m_max = 0 if plain else min(spec.k, int(remaining.max()) - 1)
         cache.reserve(column + (m_max if compiled is None else spec.k) + 1)
@@ -188,7 +192,7 @@ def speculative_generate(
         counts.plain_rounds += int(plain)
         if timed:
             elapsed = now(device) - compiling.seconds() - started
-            pace.record(elapsed, float(state.new_counts.float().mean()))
+            pace.record(elapsed, float(state.new_counts[remaining > 0].float().mean()))
             counts.turned_off += int(pace.off)
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
             n_new = int(state.new_counts[r])
@@ -312,10 +316,11 @@ def _round(
     state.token = nxt
     # accepted inputs (t0 and the accepted proposals) stay visible; the rest become holes
     state.visible[:, column : column + m_max + 1] = False
-    state.visible[:, column : column + m + 1] = idx <= accepted[:, None]
+    needed = remaining > 0  # rows that had not finished: the others' columns stay hidden
+    state.visible[:, column : column + m + 1] = (idx <= accepted[:, None]) & needed[:, None]
     c = result.counts
     c.rounds += 1
-    c.row_rounds += n
+    c.row_rounds += int(needed.sum())
     c.drafted += int(proposed.sum())
     c.accepted += int(accepted.sum())
     c.verify_passes += 1
