@@ -93,10 +93,11 @@ def test_compiled_batch_of_one_equals_eager_and_transformers(models):
     )
     kw = dict(eos_token_id=[], pad_token_id=PAD, return_logits=True)
     schedule = linear_for_speedup(6, 2, NEW)
+    graphs = counters["stats"]["unique_graphs"]
     for plan in (FullSchedule(6), schedule):
         ref = SkipDecoder(model).generate(ids, plan, NEW, mask, **kw)
         out = SkipDecoder(model, compile=True).generate(ids, plan, NEW, mask, **kw)
-        assert out.stats.compiled
+        assert out.stats.compiled and counters["stats"]["unique_graphs"] > graphs
         assert torch.equal(out.sequences, ref.sequences)
         _close(out.step_logits, ref.step_logits)
     assert torch.equal(
@@ -107,36 +108,50 @@ def test_compiled_batch_of_one_equals_eager_and_transformers(models):
     )
 
 
-def _linear_graph(rows: int, dtype: torch.dtype = torch.float32):
-    """``mm(x, permute(W, [1, 0]))`` as inductor's post-grad graphs write a linear layer."""
+def _linear_graph(rows: int, dtype: torch.dtype = torch.float32, bias: bool = False):
+    """``mm(x, permute(W, [1, 0]))`` (``addmm(b, x, permute(W, [1, 0]))`` with a bias) as
+    inductor's post-grad graphs write a linear layer; the graph's inputs are ``x, w, b``."""
     aten = torch.ops.aten
     x, w = torch.randn(rows, 16, dtype=dtype), torch.randn(40, 16, dtype=dtype)
+    b = torch.randn(40, dtype=dtype)
     graph = torch.fx.Graph()
-    xn, wn = graph.placeholder("x"), graph.placeholder("w")
-    xn.meta["val"], wn.meta["val"] = x, w
+    xn, wn, bn = graph.placeholder("x"), graph.placeholder("w"), graph.placeholder("b")
+    xn.meta["val"], wn.meta["val"], bn.meta["val"] = x, w, b
     wt = graph.call_function(aten.permute.default, (wn, [1, 0]))
-    graph.output(graph.call_function(aten.mm.default, (xn, wt)))
-    return graph, x, w
+    if bias:
+        graph.output(graph.call_function(aten.addmm.default, (bn, xn, wt)))
+    else:
+        graph.output(graph.call_function(aten.mm.default, (xn, wt)))
+    return graph, (x, w, b)
 
 
+@pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("rows", [1, 4])
-def test_small_batch_matmul_rewrites_products_and_keeps_them(rows):
-    graph, x, w = _linear_graph(rows)
+def test_small_batch_matmul_rewrites_products_and_keeps_them(rows, bias):
+    graph, (x, w, b) = _linear_graph(rows, bias=bias)
     SmallBatchMatmul()(graph)
     ops = {n.target for n in graph.nodes if n.op == "call_function"}
     aten = torch.ops.aten
+    assert aten.addmm.default not in ops
     if rows == 1:  # one float32 row: a reduction, no GEMM
         assert aten.sum.dim_IntList in ops and aten.mm.default not in ops
     else:  # the weight is the GEMM's left operand
         (mm,) = [n for n in graph.nodes if n.target is aten.mm.default]
         assert mm.args[0].name == "w"
-    out = torch.fx.GraphModule(torch.nn.Module(), graph)(x, w)
+    out = torch.fx.GraphModule(torch.nn.Module(), graph)(x, w, b)
     assert out.shape == (rows, 40)
-    torch.testing.assert_close(out, x @ w.T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-5)
+
+
+def test_small_batch_matmul_leaves_a_product_without_shapes_alone():
+    graph, _ = _linear_graph(1)
+    next(iter(graph.nodes)).meta.pop("val")  # x's shape unknown
+    SmallBatchMatmul()(graph)
+    assert torch.ops.aten.mm.default in {n.target for n in graph.nodes}
 
 
 def test_small_batch_matmul_keeps_a_gemm_for_one_bfloat16_row():
-    graph, x, w = _linear_graph(1, torch.bfloat16)
+    graph, _ = _linear_graph(1, torch.bfloat16)
     SmallBatchMatmul()(graph)
     assert torch.ops.aten.mm.default in {n.target for n in graph.nodes}
 
@@ -151,6 +166,7 @@ def test_compiled_speculative_is_the_full_models_output(models):
     ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
     eos = int(ref.generated_ids[0, NEW // 2])  # row 0 stops halfway, row 1 goes on
     vocab = frequency_ranked_vocab(ref.generated_ids.tolist(), 8, always=[eos])
+    graphs = counters["stats"]["unique_graphs"]
     compiled = SkipDecoder(model, compile=True)
     kw = dict(eos_token_id=[eos], pad_token_id=PAD)
     full = eager.generate(ids, FullSchedule(6), NEW, mask, **kw)
@@ -166,7 +182,11 @@ def test_compiled_speculative_is_the_full_models_output(models):
         assert out.stats.compiled, extra
         assert torch.equal(out.generated_ids, full.generated_ids), extra
         assert out.stats.generated_lengths == full.stats.generated_lengths
-        assert out.stats.speculation.drafted > 0
+        counts = out.stats.speculation
+        assert counts.drafted > 0
+        if "threshold" in extra:  # rounds that proposed fewer than k: padded verify passes
+            assert counts.draft_passes < 3 * counts.rounds
+    assert counters["stats"]["unique_graphs"] > graphs  # really compiled, not an eager fallback
     assert min(full.stats.generated_lengths) < NEW  # a row left the batch
     assert out.stats.decode_seconds > 0 and compiled.compiled.compile_seconds > 0
     seen = compiled.compiled._seen  # what ran compiled: one- and (k + 1)-position passes of

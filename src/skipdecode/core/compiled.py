@@ -23,9 +23,9 @@ right operand than as the left one (the SmolLM2 head at batch 8: 23 ms against 9
 ``(W @ x.T).T``, the same arithmetic). A post-grad pass (:class:`SmallBatchMatmul`) rewrites
 every ``mm(x, W.T)`` with at most :data:`LEFT_WEIGHT_ROWS` rows in the compiled graphs that way.
 A single float32 row on a CPU goes further: the BLAS matrix-vector product runs on one thread
-(the SmolLM2 head: 9.3 ms with one thread or two, a quarter of the memory bandwidth), so the
+(the SmolLM2 head at batch 1: 9.2 ms, under half the speed of the bandwidth floor), so the
 pass writes it as ``(x * W).sum(-1)``, which inductor compiles into one reduction over ``W``
-split across the threads (4.5 ms, near the bandwidth floor). The products are the same; the
+split across the threads (5.0 ms; ``results/bench/decode-smollm2-cpu-compiled.md``). The products are the same; the
 order of the sum differs, which the logit tolerance covers. With two rows or more that
 reduction would read ``W`` once per row, so it stays a GEMM.
 
@@ -63,7 +63,7 @@ __all__ = [
 
 CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
-RECOMPILE_LIMIT = 64
+RECOMPILE_LIMIT = 256
 LEFT_WEIGHT_ROWS = 64  # mm(x, W.T) with at most this many rows becomes (W @ x.T).T
 
 
@@ -164,8 +164,9 @@ class CompiledLayers:
         self.adapter = adapter
         self.mode = mode
         # Dynamo keeps compiled graphs per code object: every model in a process (each layer
-        # kind, batch and capacity) adds entries to _layer_step's, and past the limit it would
-        # silently run eager. A process that decodes several models needs more than 8.
+        # kind, batch, positions and capacity) adds entries to _layer_step's, and past the limit
+        # it would silently run eager. A process that decodes several models, or the lossless
+        # mode's shrinking batches, needs more than 8.
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
         # torch.compile takes a mode or options: the mode's own options, plus the pass

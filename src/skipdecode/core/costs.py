@@ -58,7 +58,9 @@ def transformers_generate_seconds(
             from transformers import StaticCache
             from transformers.generation.configuration_utils import CompileConfig
 
-            config = CompileConfig()
+            # static shapes, as the compiled decode path: the default (dynamic=None) would
+            # turn the batch dimension dynamic once a second batch size compiles
+            config = CompileConfig(dynamic=False)
             config._compile_all_devices = True  # generate compiles on GPUs only by default
             cache = StaticCache(model.config, max_cache_len=ids.shape[1] + new_tokens)
             extra = {"past_key_values": cache, "compile_config": config}

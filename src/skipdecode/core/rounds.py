@@ -4,6 +4,7 @@ decides whether speculating still pays for a batch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,16 +137,22 @@ class Rows:
 
 
 class PhaseClock:
-    """Adds the time since its last lap to a named phase (a no-op without a ``seconds`` dict)."""
+    """Adds the time since its last lap to a named phase (a no-op without a ``seconds`` dict).
+    ``compiling``: seconds compiled so far (the compiled path's), left out of every phase."""
 
-    def __init__(self, device: torch.device, seconds: dict[str, float] | None):
-        self.device, self.seconds = device, seconds
-        self.last = now(device) if seconds is not None else 0.0
+    def __init__(
+        self,
+        device: torch.device,
+        seconds: dict[str, float] | None,
+        compiling: Callable[[], float] = lambda: 0.0,
+    ):
+        self.device, self.seconds, self.compiling = device, seconds, compiling
+        self.last = now(device) - compiling() if seconds is not None else 0.0
 
     def lap(self, phase: str) -> None:
         if self.seconds is None:
             return
-        t = now(self.device)
+        t = now(self.device) - self.compiling()
         self.seconds[phase] = self.seconds.get(phase, 0.0) + t - self.last
         self.last = t
 

@@ -31,10 +31,9 @@ layer's cache, so a batch of ``B`` compacts at most ``log2(B)`` times, not once 
 
 Compiled path. On a decoder built with ``compile=`` (:mod:`~skipdecode.core.compiled`) every
 draft and verify pass runs the compiled layer step and head (a draft vocabulary gets its own
-compiled head). A draft pass is a one-position step; the verify pass always computes ``k + 1``
-positions (padded after the real ones when fewer were proposed), so each batch size compiles
-two layer graphs per layer kind. Finished rows still leave the batch, so a batch compiles again
-for every smaller size it reaches.
+compiled head). A draft pass is a one-position step; a verify pass after any proposal computes
+``k + 1`` positions (padded after the real ones when fewer were proposed; a plain round's is a
+one-position step), so each batch size compiles two layer graphs per layer kind, and again for each smaller size a compaction reaches.
 
 Turning itself off. With ``auto_off`` a batch first runs one plain round (a verify pass of one
 position: one full step) and times it, then speculates; after a few timed rounds, once its
@@ -146,7 +145,7 @@ def speculative_generate(
     if N == 0:
         result.lengths = [0] * B
         return result
-    clock = PhaseClock(device, counts.phase_seconds if profile else None)
+    clock = PhaseClock(device, counts.phase_seconds if profile else None, compiling.seconds)
     pace = None
     if spec.auto_off:
         pace = paces.start(spec, B) if paces is not None else Pace()
@@ -173,7 +172,8 @@ def speculative_generate(
         state.reserve(column + m_max + 1)
         clock.lap("bookkeeping")
         timed = pace is not None and not pace.off  # an off pace needs no clock (a GPU sync)
-        started = now(device) - compiling.seconds() if timed else 0.0
+        compiled_before = compiling.seconds()
+        started = now(device) if timed else 0.0
         column = _round(
             decoder,
             cache,
@@ -190,8 +190,9 @@ def speculative_generate(
             clock,
         )
         counts.plain_rounds += int(plain)
-        if timed:
-            elapsed = now(device) - compiling.seconds() - started
+        # a round that compiled is not timed: its first calls' run time is counted as compiling
+        if timed and compiling.seconds() == compiled_before:
+            elapsed = now(device) - started
             pace.record(elapsed, float(state.new_counts[remaining > 0].float().mean()))
             counts.turned_off += int(pace.off)
         for r, row in enumerate(state.rows.tolist()):  # this round's tokens into the output
@@ -324,7 +325,7 @@ def _round(
     c.drafted += int(proposed.sum())
     c.accepted += int(accepted.sum())
     c.verify_passes += 1
-    c.verify_positions += n * (m + 1)
+    c.verify_positions += n * inputs.shape[1]  # computed: the compiled path pads to k + 1
     for j, (budget, rows) in enumerate(proposers[:m]):
         counted = c.by_budget.setdefault(budget, [0, 0])
         counted[0] += int(rows.sum())
