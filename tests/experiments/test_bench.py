@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from skipdecode.experiments.bench import main
 
@@ -171,3 +172,21 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
     table = (tmp_path / "spec.md").read_text()
     assert "| speculative-k2 |" in table and "speculative-k2-auto (off in " in table
     assert ("| compiled |" in table) is compile
+
+
+def test_speculative_bench_prompts_a_model_without_a_chat_template_in_plain_text():
+    from skipdecode.experiments.bench_speculative import CHAT_PROMPTS, _chat_batches
+
+    class Plain:  # a base model's tokenizer: no chat template
+        chat_template = None
+        padding_side = "right"
+
+        def __call__(self, texts, return_tensors, padding):
+            self.texts = texts
+            ids = torch.ones(len(texts), 3, dtype=torch.long)
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+    tokenizer = Plain()
+    (batch,) = _chat_batches(tokenizer, batch_size=2, prompts=2)
+    assert tokenizer.texts == list(CHAT_PROMPTS[:2]) and tokenizer.padding_side == "left"
+    assert batch[0].shape == (2, 3)

@@ -1,9 +1,9 @@
 """Benchmark of lossless SkipDecode (self-speculative decoding) on real weights.
 
-SmolLM2-135M-Instruct (the converted offline copy, or any exported model with ``--model``) on
-every chat prompt of the workload (``--prompts``: the first N; batches cover them all, a batch
-larger than the workload repeats prompts), greedy, stopping at EOS: the work a user's requests
-make. Variants, interleaved and repeated (median of the workload's total decode time after a
+SmolLM2-135M-Instruct (the converted offline copy, or any exported model with ``--model``; a
+model without a chat template gets the prompts as plain text) on every chat prompt of the
+workload (``--prompts``: the first N; batches cover them all, a batch larger than the workload
+repeats prompts), greedy, stopping at EOS: the work a user's requests make. Variants, interleaved and repeated (median of the workload's total decode time after a
 warm-up on its first batch): skipdecode ``full`` (the baseline: plain decoding of the same
 model on the same path), ``speculative`` with the SkipDecode target plan as draft for each
 ``k``, and with constant-budget drafts (``--draft-budgets``: ``{name: budgets, budgets: [b]}``)
@@ -78,15 +78,20 @@ def _chat_batches(
     batches = []
     for b in range(count):
         chunk = [workload[(b * batch_size + i) % len(workload)] for i in range(batch_size)]
-        chats = [
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-            )
-            for p in chunk
-        ]
+        chats = [_as_chat(tokenizer, p) for p in chunk]
         enc = tokenizer(chats, return_tensors="pt", padding=True)
         batches.append((enc["input_ids"], enc["attention_mask"]))
     return batches
+
+
+def _as_chat(tokenizer: Any, prompt: str) -> str:
+    """``prompt`` in the model's chat template; a base model without one (Gemma 3 270M) gets
+    the prompt as plain text."""
+    if not getattr(tokenizer, "chat_template", None):
+        return prompt
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def round_cost(spec: dict[str, Any], full_step_s: float, steps: int) -> dict[str, Any]:
