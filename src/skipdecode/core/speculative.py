@@ -33,7 +33,8 @@ Compiled path. On a decoder built with ``compile=`` (:mod:`~skipdecode.core.comp
 draft and verify pass runs the compiled layer step and head (a draft vocabulary gets its own
 compiled head). A draft pass is a one-position step; a verify pass after any proposal computes
 ``k + 1`` positions (padded after the real ones when fewer were proposed; a plain round's is a
-one-position step), so each batch size compiles two layer graphs per layer kind, and again for each smaller size a compaction reaches.
+one-position step), so each batch size compiles two layer graphs per layer kind, and again
+for each smaller size a compaction reaches.
 
 Turning itself off. With ``auto_off`` a batch first runs one plain round (a verify pass of one
 position: one full step) and times it, then speculates; after a few timed rounds, once its
