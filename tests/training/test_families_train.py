@@ -47,6 +47,18 @@ def _model_cfg(model_type: str) -> dict:
     }
 
 
+def _one_step_trainer(**settings) -> pl.Trainer:
+    return pl.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **settings,
+    )
+
+
 @pytest.mark.parametrize("model_type", sorted(ARCHS))
 def test_one_training_step_and_export_round_trip(model_type, data, tmp_path):
     tok, encoded = data
@@ -60,15 +72,7 @@ def test_one_training_step_and_export_round_trip(model_type, data, tmp_path):
         tokenizer=tok,
     )
     before = [p.detach().clone() for p in module.model.parameters()]
-    trainer = pl.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = _one_step_trainer(limit_val_batches=0)
     loader = DataLoader(encoded, batch_size=4, collate_fn=TrainCollator(tok))
     trainer.fit(module, train_dataloaders=loader)
     assert trainer.global_step == 1
@@ -127,3 +131,31 @@ def test_hub_model_configs_build_their_family_and_layer_count(name, data):
     with torch.no_grad():
         logits = dec.forward(torch.tensor([[5, 9, 17]]))
     assert logits.shape == (1, 3, len(tok))
+
+
+def test_a_lossless_schedule_settled_at_evaluation_trains_and_validates_its_draft(data):
+    """threshold: calibrate and draft_vocab: N are chosen at evaluation; training and validation
+    need only the draft plan (validation logs the draft plan's loss beside the full one's)."""
+    tok, encoded = data
+    schedule = {
+        "name": "speculative",
+        "draft": {"name": "budgets", "budgets": [2], "warmup_layers": 1},
+        "threshold": "calibrate",
+        "draft_vocab": 64,
+    }
+    module = SkipDecodeLitModule(
+        model=_model_cfg("llama"),
+        schedule=schedule,
+        optimizer={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3},
+        expected_length=12,
+        dataset={"name": "synthetic"},
+        validate_full=False,
+        tokenizer=tok,
+    )
+    assert module.schedule.draft_plan.describe()["budgets"] == [2]
+    trainer = _one_step_trainer(num_sanity_val_steps=0)
+    loader = DataLoader(encoded, batch_size=4, collate_fn=TrainCollator(tok))
+    trainer.fit(module, train_dataloaders=loader)
+    (metrics,) = trainer.validate(module, loader, verbose=False)
+    assert trainer.global_step == 1 and {"val/loss", "val/loss_draft"} <= set(metrics)
+    assert metrics["val/loss_draft"] != metrics["val/loss"]

@@ -113,6 +113,12 @@ class Schedule(ABC):
         return None
 
     @property
+    def draft_plan(self) -> StaticSchedule | None:
+        """The skip plan that drafts, when the schedule decodes speculatively (lossless); known
+        before any evaluation-time setting (a calibrated threshold, a draft vocabulary) is."""
+        return None
+
+    @property
     def needs_calibration(self) -> bool:
         """Whether ``calibrate`` must run on held-out prompts before decoding."""
         return False

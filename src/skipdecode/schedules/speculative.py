@@ -123,6 +123,10 @@ class SpeculativeSchedule(Schedule):
         self.auto_off = auto_off
 
     @property
+    def draft_plan(self) -> StaticSchedule:
+        return self.draft
+
+    @property
     def needs_calibration(self) -> bool:
         return self._calibrating
 

@@ -216,9 +216,9 @@ class SkipDecodeLitModule(pl.LightningModule):
         out = {"": self.validation_plan}
         if self.hparams.validate_full and not isinstance(self.validation_plan, FullSchedule):
             out["_full"] = self.full_schedule
-        speculation = self.schedule.speculation()
-        if speculation is not None:  # lossless mode: the draft plan's loss drives acceptance
-            out["_draft"] = speculation.draft
+        draft = self.schedule.draft_plan
+        if draft is not None:  # lossless mode: the draft plan's loss drives acceptance
+            out["_draft"] = draft
         return out
 
     def on_validation_epoch_start(self) -> None:
