@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
-import torch
 
 from skipdecode.experiments.bench import main
 
@@ -175,18 +175,76 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
 
 
 def test_speculative_bench_prompts_a_model_without_a_chat_template_in_plain_text():
-    from skipdecode.experiments.bench_speculative import CHAT_PROMPTS, _chat_batches
+    from skipdecode.experiments.bench_workloads import CHAT_PROMPTS, load_workload
 
     class Plain:  # a base model's tokenizer: no chat template
-        chat_template = None
-        padding_side = "right"
+        chat_template, pad_token_id, eos_token_id = None, 0, 2
 
-        def __call__(self, texts, return_tensors, padding):
-            self.texts = texts
-            ids = torch.ones(len(texts), 3, dtype=torch.long)
-            return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        def __init__(self):
+            self.texts = []
+
+        def __call__(self, text):
+            self.texts.append(text)
+            return {"input_ids": [5] * (1 + len(self.texts))}
 
     tokenizer = Plain()
-    (batch,) = _chat_batches(tokenizer, batch_size=2, prompts=2)
-    assert tokenizer.texts == list(CHAT_PROMPTS[:2]) and tokenizer.padding_side == "left"
-    assert batch[0].shape == (2, 3)
+    workload = load_workload("chat", tokenizer, 2, Path("."))
+    assert tokenizer.texts == list(CHAT_PROMPTS[:2])
+    ((ids, mask),) = workload.batches(2)
+    assert ids.tolist() == [[0, 5, 5], [5, 5, 5]] and mask.tolist() == [[0, 1, 1], [1, 1, 1]]
+    with pytest.raises(ValueError, match="--prompts=99; allowed for chat: 1 to 15"):
+        load_workload("chat", tokenizer, 99, Path("."))
+
+
+def test_speculative_bench_decodes_the_test_inputs_a_model_was_fine_tuned_for(tmp_path):
+    """--workload dataset: the export's own test inputs, prompted as the evaluation prompts
+    them, batched by length; constant draft and draft vocabulary (ranked from the training
+    targets) for every variant; outputs the full model's."""
+    from exports import make_exported_dir
+    from transformers import AutoTokenizer
+
+    from skipdecode.data import get_task
+    from skipdecode.evaluation.inputs import (
+        dataset_settings,
+        draft_vocabulary,
+        encode_prompts,
+        load_examples,
+    )
+    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+    from skipdecode.experiments.bench_workloads import load_workload
+
+    model_dir = make_exported_dir(tmp_path / "export", num_layers=4)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    workload = load_workload("dataset", tokenizer, 5, model_dir)
+    settings = dataset_settings({}, json.loads((model_dir / "skipdecode.json").read_text()))
+    sources = [ex.source for ex in load_examples(settings, "test", 5)]
+    expected, _ = encode_prompts(tokenizer, get_task("synthetic"), sources, 96)
+    assert workload.name == "synthetic-test" and workload.prompts == expected
+    lengths = [int(m.sum()) for _, mask in workload.batches(2) for m in mask]
+    assert lengths[:5] == sorted(len(p) for p in expected)  # the evaluation's order
+    assert workload.draft_vocab(tokenizer, 20) == draft_vocabulary(settings, tokenizer, 20)
+    with pytest.raises(ValueError, match="needs a fine-tuned export"):
+        load_workload("dataset", tokenizer, 5, tmp_path)
+
+    bench_speculative_main(
+        [
+            f"--model={model_dir}",
+            "--workload=dataset",
+            "--prompts=5",
+            "--batch-sizes",
+            "2",
+            "--ks",
+            "2",
+            "--draft-budget=2",
+            "--draft-vocab=20",
+            "--new-tokens=4",
+            "--repeats=1",
+            f"--out={tmp_path}",
+            "--name=spec",
+        ]
+    )
+    (cell,) = json.loads((tmp_path / "spec.json").read_text())["cells"]
+    assert cell["workload"] == "synthetic-test" and cell["prompts"] == 5 and cell["batches"] == 3
+    assert cell["draft"]["budgets"] == [2] and cell["draft_vocab"] == 20
+    spec = cell["variants"]["speculative-k2"]
+    assert spec["identical_to_full"] and set(spec["acceptance_by_budget"]) == {"2"}

@@ -1,12 +1,15 @@
 """Benchmark of lossless SkipDecode (self-speculative decoding) on real weights.
 
-SmolLM2-135M-Instruct (the converted offline copy, or any exported model with ``--model``; a
-model without a chat template gets the prompts as plain text) on every chat prompt of the
-workload (``--prompts``: the first N; batches cover them all, a batch larger than the workload
-repeats prompts), greedy, stopping at EOS: the work a user's requests make. Variants, interleaved and repeated (median of the workload's total decode time after a
-warm-up on its first batch): skipdecode ``full`` (the baseline: plain decoding of the same
-model on the same path), ``speculative`` with the SkipDecode target plan as draft for each
-``k``, and with constant-budget drafts (``--draft-budgets``: ``{name: budgets, budgets: [b]}``)
+SmolLM2-135M-Instruct (the converted offline copy, or any exported model with ``--model``) on
+every prompt of the workload (``--workload``, ``bench_workloads``: ``chat`` prompts in the
+model's chat template, or for a fine-tuned export the ``dataset`` test inputs it was trained
+for, prompted and batched as the evaluation does; ``--prompts``: the first N; batches cover
+them all, a batch larger than the workload repeats prompts), greedy, stopping at EOS: the work
+a user's requests make. Variants, interleaved and repeated (median of the workload's total
+decode time after a warm-up on its first batch): skipdecode ``full`` (the baseline: plain
+decoding of the same model on the same path), ``speculative`` with the SkipDecode target plan
+as draft for each ``k`` (``--draft-budget b``: a constant b-layer plan instead; ``--draft-vocab
+N``: every variant drafts over N tokens), and with constant-budget drafts (``--draft-budgets``: ``{name: budgets, budgets: [b]}``)
 and drafts over vocabulary subsets (``--draft-vocabs``) at the largest ``k``; with
 ``--auto-off`` also the largest ``k`` with ``auto_off`` (each batch times a plain step and its
 first rounds and decodes plainly once speculating is slower; the label says in how many of the
@@ -31,7 +34,6 @@ the peer of the compiled decode benchmark, ``make bench-compiled``.)
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -43,55 +45,11 @@ from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import add_run_options, load_bench_model, write_bench
+from .bench_workloads import CHAT_PROMPTS, WORKLOADS, Workload, load_workload
 
 __all__ = ["CHAT_PROMPTS", "bench_speculative", "round_cost", "speculative_table", "main"]
 
-CHAT_PROMPTS = (
-    "What is the capital of France?",
-    "Write one sentence about a restaurant near the river that serves French food.",
-    "List three primary colors.",
-    "Explain what a cache is in one sentence.",
-    "Give me a short tip for staying focused while studying.",
-    "What is 12 times 7?",
-    "Describe the ocean in two sentences.",
-    "Name a famous painting and its painter.",
-    "Why do leaves change color in autumn?",
-    "Translate 'good morning' into Spanish.",
-    "Suggest a name for a coffee shop.",
-    "What does a compiler do?",
-    "Write a haiku about rain.",
-    "How many legs does a spider have?",
-    "Summarize the plot of Cinderella in one sentence.",
-    "What is photosynthesis?",
-)
 PHASES = ("draft_layers", "draft_head", "verify", "accept", "bookkeeping")
-
-
-def _chat_batches(
-    tokenizer: Any, batch_size: int, prompts: int
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Left-padded batches covering the first ``prompts`` chat prompts (cycled to fill a batch
-    larger than the workload)."""
-    workload = [CHAT_PROMPTS[i % len(CHAT_PROMPTS)] for i in range(prompts)]
-    count = max(1, math.ceil(len(workload) / batch_size))
-    tokenizer.padding_side = "left"
-    batches = []
-    for b in range(count):
-        chunk = [workload[(b * batch_size + i) % len(workload)] for i in range(batch_size)]
-        chats = [_as_chat(tokenizer, p) for p in chunk]
-        enc = tokenizer(chats, return_tensors="pt", padding=True)
-        batches.append((enc["input_ids"], enc["attention_mask"]))
-    return batches
-
-
-def _as_chat(tokenizer: Any, prompt: str) -> str:
-    """``prompt`` in the model's chat template; a base model without one (Gemma 3 270M) gets
-    the prompt as plain text."""
-    if not getattr(tokenizer, "chat_template", None):
-        return prompt
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-    )
 
 
 def round_cost(spec: dict[str, Any], full_step_s: float, steps: int) -> dict[str, Any]:
@@ -131,9 +89,11 @@ def bench_speculative(
     repeats: int = 3,
     draft_vocabs: tuple[int, ...] = (),
     draft_budgets: tuple[int, ...] = (),
-    prompts: int = len(CHAT_PROMPTS),
+    workload: Workload | None = None,
     auto_off: bool = False,
     compile: bool = False,
+    draft_budget: int | None = None,
+    draft_vocab: int | None = None,
 ) -> dict[str, Any]:
     """One batch size: every variant over the whole workload, interleaved, median of
     ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
@@ -141,11 +101,20 @@ def bench_speculative(
     frequency proxy where there are no training targets) and EOS. ``draft_budgets``: the
     largest k with a constant draft of b layers (warm-up layer plus the top b - 1).
     ``auto_off``: the largest k again, turning itself off where it does not pay. ``compile``:
-    every variant on the compiled decode path."""
+    every variant on the compiled decode path. ``workload``: the prompts (default: every chat
+    prompt). ``draft_budget``: the ``k`` variants draft with a constant plan of that many layers
+    instead of the target plan; ``draft_vocab``: every speculative variant drafts over that many
+    tokens (the workload's :meth:`~.bench_workloads.Workload.draft_vocab`)."""
     dec = SkipDecoder(model, tokenizer, compile=compile)
     L = dec.num_layers
-    batches = _chat_batches(tokenizer, batch_size, prompts)
-    draft = {"name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens}
+    if workload is None:
+        workload = load_workload("chat", tokenizer, len(CHAT_PROMPTS), Path("."))
+    batches = workload.batches(batch_size)
+    draft: dict[str, Any] = {
+        "name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens
+    }  # fmt: skip
+    if draft_budget is not None:
+        draft = {"name": "budgets", "budgets": [draft_budget], "warmup_layers": 1}
     schedules: dict[str, Schedule] = {"skipdecode-full": FullSchedule(L)}
     for k in ks:
         schedules[f"speculative-k{k}"] = build_schedule(
@@ -164,8 +133,13 @@ def bench_speculative(
         )
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     for size in draft_vocabs:
-        vocab = list(dict.fromkeys([*eos, *range(size)]))[:size]
+        vocab = workload.draft_vocab(tokenizer, size)
         schedules[f"{largest}-vocab{size}"] = schedules[largest].with_draft_vocab(vocab)
+    if draft_vocab is not None:
+        vocab = workload.draft_vocab(tokenizer, draft_vocab)
+        for name, sched in schedules.items():
+            if name != "skipdecode-full" and not name.startswith(f"{largest}-vocab"):
+                schedules[name] = sched.with_draft_vocab(vocab)  # type: ignore[attr-defined]
     outputs: dict[str, list[torch.Tensor]] = {}
 
     def run(name: str, schedule: Schedule, work: list) -> dict[str, Any]:
@@ -239,12 +213,14 @@ def bench_speculative(
         "model": str(getattr(model.config, "_name_or_path", "") or model.config.model_type),
         "num_layers": L,
         "batch_size": batch_size,
-        "prompts": prompts,
+        "workload": workload.name,
+        "prompts": len(workload.prompts),
         "batches": len(batches),
         "prompt_len": int(first_ids.shape[1]),
         "new_tokens": new_tokens,
         "stop_at_eos": True,
         "draft": draft,
+        "draft_vocab": draft_vocab,
         "repeats": repeats,
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "device": str(first_ids.device),
@@ -315,11 +291,25 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="also the largest k with a constant draft of b layers (each b)",
     )
+    p.add_argument("--workload", choices=WORKLOADS, default="chat", help="what is decoded")
     p.add_argument(
         "--prompts",
         type=int,
         default=len(CHAT_PROMPTS),
-        help=f"the first N chat prompts (1-{len(CHAT_PROMPTS)}) are the workload",
+        help=f"the first N prompts of the workload (chat: 1-{len(CHAT_PROMPTS)})",
+    )
+    p.add_argument(
+        "--draft-budget",
+        type=int,
+        default=None,
+        help="the k variants draft with a constant plan of b layers (default: the target plan)",
+    )
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=None,
+        help="every speculative variant drafts over N tokens (dataset: ranked by the training "
+        "targets; chat: the first ids)",
     )
     p.add_argument(
         "--draft-vocabs",
@@ -343,8 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     for n in args.draft_vocabs:
         if n < 1:
             p.error(f"--draft-vocabs: {n} is not allowed (a number of tokens >= 1)")
-    if not 1 <= args.prompts <= len(CHAT_PROMPTS):
-        p.error(f"--prompts: {args.prompts} is not allowed (1 to {len(CHAT_PROMPTS)})")
+    if args.draft_vocab is not None and args.draft_vocab < 1:
+        p.error(f"--draft-vocab: {args.draft_vocab} is not allowed (a number of tokens >= 1)")
     for b in args.draft_budgets:
         if b < 2:
             p.error(f"--draft-budgets: {b} is not allowed (layers >= 2: warm-up and top)")
@@ -354,7 +344,13 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
+    if args.draft_budget is not None and args.draft_budget < 2:
+        p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
+    try:
+        workload = load_workload(args.workload, tokenizer, args.prompts, path)
+    except ValueError as err:
+        p.error(str(err))
     cells = []
     for b in progress(args.batch_sizes, "batch sizes", enabled=args.progress):
         cell = bench_speculative(
@@ -367,9 +363,11 @@ def main(argv: list[str] | None = None) -> None:
             args.repeats,
             tuple(args.draft_vocabs),
             tuple(args.draft_budgets),
-            args.prompts,
+            workload,
             args.auto_off,
             args.compile,
+            args.draft_budget,
+            args.draft_vocab,
         )
         cell["model"] = str(path)
         cells.append(cell)
