@@ -59,6 +59,32 @@ def test_greedy_output_is_the_full_models_token_for_token(family, k, draft):
     assert all(b == a or 2 * b <= a for a, b in zip(rows, rows[1:], strict=False))
 
 
+#: bfloat16 keeps 8 significant bits: a near tie is a top-two gap within a few of its units
+BF16_TIE = 2.0**-6
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_in_bfloat16_greedy_output_leaves_the_full_models_only_at_a_near_tie(family):
+    """What "identical" means in low precision: a verify pass (k + 1 positions) and a plain step
+    (one) multiply differently shaped matrices, so their bf16 logits differ by rounding. Each
+    row's output is the plain run's up to its first difference, and there the plain run's top
+    two logits lie within BF16_TIE of the largest |logit| (a near tie the rounding can flip)."""
+    decoder = SkipDecoder(FAMILIES[family](num_layers=L).to(torch.bfloat16))
+    ids, mask = left_padded_batch([5, 11, 3, 8, 6])
+    kwargs = dict(stop_at_eos=False, pad_token_id=PAD, decode_texts=False)
+    full = decoder.generate(ids, FullSchedule(L), N, mask, return_logits=True, **kwargs)
+    for k in (1, 3, 5):
+        spec = decoder.generate(ids, speculative("target_2x", k), N, mask, **kwargs)
+        for row, differs in enumerate(spec.generated_ids != full.generated_ids):
+            if not differs.any():
+                continue
+            step = int(differs.nonzero()[0])
+            logits = full.step_logits[row, step].float()
+            top = logits.topk(2).values
+            gap = float((top[0] - top[1]) / logits.abs().max())
+            assert gap <= BF16_TIE, (k, row, step, gap)
+
+
 def _staggered_eos(generated: torch.Tensor) -> list[int]:
     """EOS ids that stop the rows of a greedy output at as many different steps as they can
     (none before step 2): tokens taken greedily by how far they spread the rows' ends."""
