@@ -236,6 +236,8 @@ def test_speculative_bench_decodes_the_test_inputs_a_model_was_fine_tuned_for(tm
             "--ks",
             "2",
             "--draft-budget=2",
+            "--draft-budgets",
+            "3",
             "--draft-vocab=20",
             "--new-tokens=4",
             "--repeats=1",
@@ -246,5 +248,8 @@ def test_speculative_bench_decodes_the_test_inputs_a_model_was_fine_tuned_for(tm
     (cell,) = json.loads((tmp_path / "spec.json").read_text())["cells"]
     assert cell["workload"] == "synthetic-test" and cell["prompts"] == 5 and cell["batches"] == 3
     assert cell["draft"]["budgets"] == [2] and cell["draft_vocab"] == 20
-    spec = cell["variants"]["speculative-k2"]
+    rows = cell["variants"]
+    spec = rows["speculative-k2"]
     assert spec["identical_to_full"] and set(spec["acceptance_by_budget"]) == {"2"}
+    assert set(rows["speculative-k2-b3"]["acceptance_by_budget"]) == {"3"}
+    assert sum(bool(rows[n].get("chosen")) for n in ("speculative-k2", "speculative-k2-b3")) == 1

@@ -20,8 +20,9 @@ output is checked to be the full model's, token for token; every variant runs th
 Per variant: acceptance overall and per draft budget, tokens per verify, and the round's cost
 split (draft layers, draft head, verify, acceptance, bookkeeping; ``profile_rounds``) in units
 of one full decode step, with the speedup it predicts: ``tokens per round / (drafts x draft
-cost + verify + acceptance + bookkeeping)``. Among the constant-budget drafts the one with the
-highest predicted speedup is marked chosen. The split is timed on a CPU only (on a GPU it
+cost + verify + acceptance + bookkeeping)``. Among the constant-budget drafts at the largest
+``k`` (``--draft-budgets``, and ``--draft-budget``'s own) the one with the highest predicted
+speedup is marked chosen. The split is timed on a CPU only (on a GPU it
 would synchronise every part of every round). With ``--compile`` every variant, the full
 baseline included, runs on the compiled decode path (``core.compiled``), its compiling kept out
 of the decode time. (transformers' ``generate`` with a static cache and ``torch.compile`` is
@@ -205,6 +206,8 @@ def bench_speculative(
                 row["cost"] = round_cost(spec, full_s / max(full_steps, 1), full_steps)
         rows[name] = row
     constant = [f"{largest}-b{b}" for b in draft_budgets]
+    if draft_budget is not None and draft_budgets:  # the k variants draft with one too
+        constant.append(largest)
     predicted = {n: (rows[n].get("cost") or {}).get("predicted_speedup") for n in constant}
     if predicted and all(v is not None for v in predicted.values()):
         rows[max(predicted, key=lambda n: predicted[n])]["chosen"] = True
