@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-spec-bench bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e bench-spec-bench bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -72,9 +72,11 @@ reproduce: $(STAMP) ## The paper grid (OPT-1.3B/6.7B x E2E/TLDR/CNN-DM x 1-5x): 
 		schedule=$(METHODS) $(ARGS)
 
 # The headline protocol (README "Results"): SmolLM2-135M-Instruct fine-tuned on E2E with every
-# schedule, the whole test set; three sweeps in order of importance, then one published table.
+# schedule, the whole test set; four sweeps in order of importance, then one published table.
 # Published cells are restored first, so a rerun (or a fresh machine) only runs what is missing.
-E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds outputs/sweep/e2e_smollm2_methods
+# The last sweep is the lossless mode shaped for speed (constant 8-layer draft, draft vocabulary,
+# calibrated threshold), evaluated on the compiled decode path.
+E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds outputs/sweep/e2e_smollm2_methods outputs/sweep/e2e_smollm2_lossless
 # Every method at 2x before any at 4x, so a run cut short still compares the methods at one
 # speedup; CALM last: its training scores every layer's exit through the LM head (30 x 576 x
 # 49,152 per target token), 17-19 s a step on 2 CPU cores against ~5-7 s for the others.
@@ -88,6 +90,8 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 		schedule=full,target_2x,target_3x,target_4x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_methods seed=1 \
 		schedule=$(E2E_METHODS) $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_lossless seed=1 \
+		schedule=speculative_b8 eval.compile=true $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2
@@ -163,6 +167,18 @@ bench-decode: $(STAMP) ## Quick decode benchmark: opt-350m shape, batch 8, 64 ne
 bench-speculative: $(STAMP) smollm2 ## Lossless mode on every SmolLM2 chat prompt, EOS on: acceptance per draft budget, a round's cost split, constant drafts (batch 1/8/32, k 2/4/6)
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
 		--draft-budgets 6 10 16 --repeats 3 --name speculative-smollm2 $(ARGS)
+
+# The lossless mode shaped for speed, on the model trained for it (reproduce-cpu's speculative_b8
+# cell): E2E test inputs prompted as its evaluation prompts them, compiled path, k 2/3/4 with its
+# constant 8-layer draft over 4,096 tokens, constant 6/10-layer drafts, auto_off.
+B8_EXPORT = $(firstword $(wildcard outputs/sweep_cells/smollm2-135m__e2e__speculative_b8__*/train/export))
+
+bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (speculative_b8 cell of reproduce-cpu), 32 E2E test inputs, compiled, batch 1/8/32 -> results/bench/speculative-e2e-b8-compiled
+	@test -n "$(B8_EXPORT)" || { echo "no speculative_b8 export under outputs/sweep_cells: run make reproduce-cpu (its lossless sweep) first"; exit 2; }
+	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(B8_EXPORT) --workload dataset \
+		--prompts 32 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget 8 --draft-budgets 6 10 \
+		--draft-vocab 4096 --auto-off --new-tokens 64 --repeats 2 --compile \
+		--out results/bench --name speculative-e2e-b8-compiled $(ARGS)
 
 bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 questions of each task, 64 tokens a turn, batch 1) with base SmolLM2, Spec-Bench's answer format -> results/bench/spec-bench-smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \

@@ -98,14 +98,14 @@ def bench_speculative(
 ) -> dict[str, Any]:
     """One batch size: every variant over the whole workload, interleaved, median of
     ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
-    drafts over N tokens: the tokenizer's first N ids (a BPE vocabulary's merge order, a
-    frequency proxy where there are no training targets) and EOS. ``draft_budgets``: the
+    drafts over N tokens (the workload's :meth:`~.bench_workloads.Workload.draft_vocab`: the
+    training targets' most frequent, or the tokenizer's first ids). ``draft_budgets``: the
     largest k with a constant draft of b layers (warm-up layer plus the top b - 1).
     ``auto_off``: the largest k again, turning itself off where it does not pay. ``compile``:
     every variant on the compiled decode path. ``workload``: the prompts (default: every chat
     prompt). ``draft_budget``: the ``k`` variants draft with a constant plan of that many layers
     instead of the target plan; ``draft_vocab``: every speculative variant drafts over that many
-    tokens (the workload's :meth:`~.bench_workloads.Workload.draft_vocab`)."""
+    tokens."""
     dec = SkipDecoder(model, tokenizer, compile=compile)
     L = dec.num_layers
     if workload is None:
