@@ -173,10 +173,10 @@ bench-speculative: $(STAMP) smollm2 ## Lossless mode on every SmolLM2 chat promp
 # constant 8-layer draft over 4,096 tokens, constant 6/10-layer drafts, auto_off.
 B8_EXPORT = $(firstword $(wildcard outputs/sweep_cells/smollm2-135m__e2e__speculative_b8__*/train/export))
 
-bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (speculative_b8 cell of reproduce-cpu), 32 E2E test inputs, compiled, batch 1/8/32 -> results/bench/speculative-e2e-b8-compiled
+bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (speculative_b8 cell of reproduce-cpu), 16 E2E test inputs, compiled, batch 1/8/32 -> results/bench/speculative-e2e-b8-compiled
 	@test -n "$(B8_EXPORT)" || { echo "no speculative_b8 export under outputs/sweep_cells: run make reproduce-cpu (its lossless sweep) first"; exit 2; }
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(B8_EXPORT) --workload dataset \
-		--prompts 32 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget 8 --draft-budgets 6 10 \
+		--prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget 8 --draft-budgets 6 10 \
 		--draft-vocab 4096 --auto-off --new-tokens 64 --repeats 2 --compile \
 		--out results/bench --name speculative-e2e-b8-compiled $(ARGS)
 
