@@ -192,7 +192,7 @@ def test_speculative_bench_prompts_a_model_without_a_chat_template_in_plain_text
     assert tokenizer.texts == list(CHAT_PROMPTS[:2])
     ((ids, mask),) = workload.batches(2)
     assert ids.tolist() == [[0, 5, 5], [5, 5, 5]] and mask.tolist() == [[0, 1, 1], [1, 1, 1]]
-    with pytest.raises(ValueError, match="--prompts=99; allowed for chat: 1 to 15"):
+    with pytest.raises(ValueError, match="--prompts=99; allowed for chat: 1 to 16"):
         load_workload("chat", tokenizer, 99, Path("."))
 
 

@@ -30,6 +30,7 @@ CHAT_PROMPTS = (
     "Describe the ocean in two sentences.",
     "Name a famous painting and its painter.",
     "Why do leaves change color in autumn?",
+    "Translate 'good morning' into Spanish.",
     "Suggest a name for a coffee shop.",
     "What does a compiler do?",
     "Write a haiku about rain.",
@@ -57,7 +58,7 @@ class Workload:
 
         order = list(range(len(self.prompts)))
         if self.settings is not None:
-            order = [i for b in batch_order(self.prompts, len(self.prompts), True) for i in b]
+            (order,) = batch_order(self.prompts, len(self.prompts), by_length=True)
         count = max(1, math.ceil(len(order) / batch_size))
         out = []
         for b in range(count):
