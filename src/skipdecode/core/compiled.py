@@ -25,8 +25,8 @@ every ``mm(x, W.T)`` with at most :data:`LEFT_WEIGHT_ROWS` rows in the compiled 
 A single float32 row on a CPU goes further: the BLAS matrix-vector product runs on one thread
 (the SmolLM2 head at batch 1: 9.2 ms, under half the speed of the bandwidth floor), so the
 pass writes it as ``(x * W).sum(-1)``, which inductor compiles into one reduction over ``W``
-split across the threads (5.0 ms; ``results/bench/decode-smollm2-cpu-compiled.md``). The products are the same; the
-order of the sum differs, which the logit tolerance covers. With two rows or more that
+split across the threads (5.0 ms; ``results/bench/decode-smollm2-cpu-compiled.md``). The
+products are the same; the order of the sum differs, which the logit tolerance covers. With two rows or more that
 reduction would read ``W`` once per row, so it stays a GEMM.
 
 Exactness: the compiled step computes the same operations (inductor may fuse and reorder

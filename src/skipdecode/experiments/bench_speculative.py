@@ -9,13 +9,14 @@ a user's requests make. Variants, interleaved and repeated (median of the worklo
 decode time after a warm-up on its first batch): skipdecode ``full`` (the baseline: plain
 decoding of the same model on the same path), ``speculative`` with the SkipDecode target plan
 as draft for each ``k`` (``--draft-budget b``: a constant b-layer plan instead; ``--draft-vocab
-N``: every variant drafts over N tokens), and with constant-budget drafts (``--draft-budgets``: ``{name: budgets, budgets: [b]}``)
-and drafts over vocabulary subsets (``--draft-vocabs``) at the largest ``k``; with
-``--auto-off`` also the largest ``k`` with ``auto_off`` (each batch times a plain step and its
-first rounds and decodes plainly once speculating is slower; the label says in how many of the
-workload's batches it was off: turned off, or off from the start because an earlier call of the
-same batch size, the warm-up included, had turned it off). Every speculative
-output is checked to be the full model's, token for token; every variant runs the same tokens.
+N``: every variant drafts over N tokens), and with constant-budget drafts (``--draft-budgets``:
+``{name: budgets, budgets: [b]}``) and drafts over vocabulary subsets (``--draft-vocabs``) at the
+largest ``k``; with ``--auto-off`` also the largest ``k`` with ``auto_off`` (each batch times a
+plain step and its first rounds and decodes plainly once speculating is slower; the label says
+in how many of the workload's batches it was off: turned off, or off from the start because an
+earlier call of the same batch size, the warm-up included, had turned it off). Every
+speculative output is checked to be the full model's, token for token; every variant runs the
+same tokens.
 
 Per variant: acceptance overall and per draft budget, tokens per verify, and the round's cost
 split (draft layers, draft head, verify, acceptance, bookkeeping; ``profile_rounds``) in units
