@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e bench-spec-bench bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -179,6 +179,22 @@ bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (spe
 		--prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget 8 --draft-budgets 6 10 \
 		--draft-vocab 4096 --auto-off --new-tokens 64 --repeats 2 --compile \
 		--out results/bench --name speculative-e2e-b8-compiled $(ARGS)
+
+SPEC_BENCH_RUN := outputs/spec_bench_smollm2
+spec-bench-distill: $(STAMP) smollm2 ## General training data: SmolLM2's own greedy answers to the Spec-Bench questions it is not evaluated on (index 40+ of each task) -> outputs/data/spec_bench_distill
+	$(OFFLINE) $(PY) -m skipdecode.experiments.self_distill --out outputs/data/spec_bench_distill $(ARGS)
+
+spec-bench-finetune: $(STAMP) smollm2 ## Joint fine-tune with a constant 8-layer draft on that data (experiment=spec_bench_smollm2, ~45 min on 2 cores) -> $(SPEC_BENCH_RUN)/train/export
+	@test -f outputs/data/spec_bench_distill/train.jsonl || { echo "no outputs/data/spec_bench_distill: run make spec-bench-distill first"; exit 2; }
+	$(OFFLINE) $(PY) -m skipdecode.train experiment=spec_bench_smollm2 hydra.run.dir=$(SPEC_BENCH_RUN)/train $(ARGS)
+
+SPEC_BENCH_HELD_OUT := --per-task 3 --new-tokens 96 --draft-budget 8 --draft-vocab 4096
+spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first 3 of each task, 96 tokens a turn, batch 1), constant 8-layer draft: base SmolLM2 and its general fine-tune -> results/bench/spec-bench-b8-{base,finetuned}
+	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-finetune first"; exit 2; }
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_RUN)/train/export \
+		--ks 2 3 --auto-off --out results/bench --name spec-bench-b8-finetuned $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) \
+		--ks 2 --out results/bench --name spec-bench-b8-base $(ARGS)
 
 bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 questions of each task, 64 tokens a turn, batch 1) with base SmolLM2, Spec-Bench's answer format -> results/bench/spec-bench-smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \

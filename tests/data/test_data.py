@@ -158,10 +158,11 @@ def test_limit_keeps_first_sources_with_all_references():
 
 def test_unknown_dataset_lists_known_names():
     with pytest.raises(
-        DataConfigError, match="unknown dataset name='wmt'.*synthetic, e2e, reddit_tldr, cnn_dm"
+        DataConfigError,
+        match="unknown dataset name='wmt'.*synthetic, e2e, reddit_tldr, cnn_dm, chat",
     ):
         load_split("wmt", "train")
-    assert set(available_datasets()) == {"synthetic", "e2e", "reddit_tldr", "cnn_dm"}
+    assert set(available_datasets()) == {"synthetic", "e2e", "reddit_tldr", "cnn_dm", "chat"}
 
 
 def test_unknown_split_lists_allowed_and_aliases_work():

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from skipdecode.experiments import spec_bench
+from skipdecode.experiments import self_distill, spec_bench
 
 
 def test_the_committed_questions_are_spec_bench_s():
@@ -28,7 +28,8 @@ def test_the_committed_questions_are_spec_bench_s():
     assert firsts == [q for q in questions if q in firsts]  # file order kept
 
 
-def test_answers_in_spec_bench_format_and_identical_to_plain():
+@pytest.fixture(scope="module")
+def smollm2():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skipdecode.models.assets import smollm2_dir
@@ -38,7 +39,50 @@ def test_answers_in_spec_bench_format_and_identical_to_plain():
     except FileNotFoundError as err:
         pytest.skip(f"SmolLM2 not converted (make smollm2): {err}")
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def test_the_distillation_questions_are_the_ones_the_benchmark_holds_out():
+    questions = spec_bench.load_questions()
+    held_out = spec_bench.load_questions(per_task=40)
+    later = self_distill.questions_from(questions, 40)
+    assert Counter(spec_bench.task_of(q["category"]) for q in later) == {
+        t: 40 for t in spec_bench.TASKS
+    }
+    ids = {q["question_id"] for q in later}
+    assert ids.isdisjoint(q["question_id"] for q in held_out)
+    assert len(ids) + len(held_out) == len(questions)
+
+
+def test_self_distillation_answers_each_turn_in_the_chat_template(smollm2):
+    model, tokenizer = smollm2
+    questions = [spec_bench.load_questions(per_task=1)[i] for i in (0, 1)]  # MT-bench, translation
+    examples, left_out = self_distill.distill(model, tokenizer, questions, 4, 384, 2)
+    assert left_out == {}
+    assert [(e["question_id"], e["turn"]) for e in examples] == [
+        (questions[0]["question_id"], 0), (questions[0]["question_id"], 1),
+        (questions[1]["question_id"], 0),
+    ]  # fmt: skip
+    first, second, single = examples
+    assert not first["finished"] and first["response"]  # 4 tokens do not end an answer
+    messages = [
+        {"role": "user", "content": questions[0]["turns"][0]},
+        {"role": "assistant", "content": first["response"]},
+        {"role": "user", "content": questions[0]["turns"][1]},
+    ]
+    assert second["prompt"] == tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    # the answer is what plain greedy decoding of that prompt says
+    answers = spec_bench.run_spec_bench(model, tokenizer, [questions[1]], ks=(), new_tokens=4)
+    assert single["response"] == answers["plain"][0]["choices"][0]["turns"][0]
+    # a prompt over the limit is left out, and so are the later turns that would follow it
+    examples, left_out = self_distill.distill(model, tokenizer, questions, 4, 10, 2)
+    assert examples == [] and left_out == {"mt_bench": 1, "translation": 1}
+
+
+def test_answers_in_spec_bench_format_and_identical_to_plain(smollm2):
+    model, tokenizer = smollm2
     questions = [spec_bench.load_questions(per_task=1)[i] for i in (0, 1)]  # MT-bench, translation
     answers = spec_bench.run_spec_bench(model, tokenizer, questions, ks=(2,), new_tokens=10)
     assert set(answers) == {"plain", "speculative-k2"}
@@ -57,3 +101,15 @@ def test_answers_in_spec_bench_format_and_identical_to_plain():
     assert rows["plain", "overall"]["speedup"] == pytest.approx(1.0)
     assert rows["speculative-k2", "overall"]["mean_accepted_tokens"] >= 1.0
     assert "| speculative-k2 | overall | 2 |" in spec_bench.spec_bench_table(list(rows.values()))
+
+
+def test_a_constant_draft_over_a_vocabulary_subset_is_still_the_plain_answer(smollm2):
+    model, tokenizer = smollm2
+    questions = spec_bench.load_questions(per_task=1)[1:2]  # translation
+    vocab = spec_bench.ranked_draft_vocab(None, tokenizer, 512)
+    answers = spec_bench.run_spec_bench(
+        model, tokenizer, questions, ks=(2,), new_tokens=10, draft_budget=8, draft_vocab=vocab
+    )
+    (row,) = answers["speculative-k2"]
+    assert row["identical_to_plain"]
+    assert len(row["choices"][0]["accept_lengths"]) > 1  # it decoded in rounds

@@ -110,10 +110,17 @@ def encode_prompt(
     Untruncated prompts are tokenised as one string, exactly as ``tokenizer(prompt)`` would.
     Long sources are cut at the token level, decoded and re-tokenised inside the template.
     """
-    bos = _bos(tokenizer, add_bos)
+    bos = _bos(tokenizer, add_bos and task.add_bos)
     ids = _ids(tokenizer, task.prompt(source))
     if len(bos) + len(ids) <= max_source_tokens:
         return bos + ids, False
+    if not task.cut_source:
+        raise DataConfigError(
+            f"a {task.name!r} prompt of {len(bos) + len(ids)} tokens exceeds "
+            f"max_source_tokens={max_source_tokens}; task {task.name!r} never cuts a prompt "
+            f"(its tail would be lost); allowed: max_source_tokens >= the longest prompt, or "
+            f"leave long prompts out of the data"
+        )
     source_ids = _ids(tokenizer, source)
     keep = len(source_ids) - (len(bos) + len(ids) - max_source_tokens)
     while keep > 0:

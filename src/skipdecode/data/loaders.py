@@ -46,12 +46,14 @@ _SOURCE_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "e2e": str.strip,
     "reddit_tldr": _strip_tldr,
     "cnn_dm": str.strip,
+    "chat": str,  # a rendered chat template ends with the assistant header's newline: kept
 }
 _TARGET_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "synthetic": str.strip,
     "e2e": str.strip,
     "reddit_tldr": _one_line,
     "cnn_dm": _one_line,
+    "chat": str.strip,
 }
 
 
@@ -280,4 +282,5 @@ LOADERS: Mapping[str, _Loader] = {
     "e2e": _load_e2e,
     "reddit_tldr": _load_summaries,
     "cnn_dm": _load_summaries,
+    "chat": _load_summaries,
 }

@@ -1,7 +1,8 @@
 """The task registry: how each dataset is read and turned into prompts (``TaskSpec``).
 
 Known datasets: ``synthetic`` (embedded, generated from the seed), ``e2e`` (local E2E CSVs or the
-hub), ``reddit_tldr`` and ``cnn_dm`` (local JSON/JSONL/CSV/Parquet files or the hub).
+hub), ``reddit_tldr`` and ``cnn_dm`` (local JSON/JSONL/CSV/Parquet files or the hub), ``chat``
+(local files of prompts already in a model's chat template and their answers).
 Canonical split names are ``train``, ``validation`` and ``test`` (``val``/``valid`` accepted).
 """
 
@@ -28,7 +29,7 @@ class TaskSpec:
     """
 
     name: str
-    kind: str  # "data-to-text" or "summarization"
+    kind: str  # "data-to-text", "summarization" or "chat"
     prompt_template: str
     target_prefix: str
     max_source_tokens: int
@@ -46,6 +47,10 @@ class TaskSpec:
     # case-insensitive); ``eval.metrics.bleu.lowercase`` overrides it
     bleu_lowercase: bool = False
     bleu_convention: str = "sacrebleu defaults (case-sensitive, 13a)"
+    # a source that carries its own start tokens (a rendered chat template) gets no BOS, and is
+    # never cut (cutting it would lose the template's tail, the assistant header)
+    add_bos: bool = True
+    cut_source: bool = True
 
     def __post_init__(self) -> None:
         if self.prompt_template.count("{source}") != 1:
@@ -143,6 +148,22 @@ TASKS: Mapping[str, TaskSpec] = {
         hub_splits={"train": "train", "validation": "validation", "test": "test"},
         local_files=_SUMMARY_FILES,
         description="CNN/DailyMail 3.0.0: news article to highlight sentences.",
+    ),
+    "chat": TaskSpec(
+        name="chat",
+        kind="chat",
+        prompt_template="{source}",
+        target_prefix="",
+        max_source_tokens=384,
+        max_target_tokens=128,
+        source_field="prompt",
+        target_field="response",
+        local_files={"train": ("train",), "validation": ("validation", "valid", "val")},
+        splits=("train", "validation"),
+        add_bos=False,
+        cut_source=False,
+        description="Chat turns: a prompt already in the model's chat template and its answer "
+        "(e.g. the model's own answers, written by experiments.self_distill); training only.",
     ),
 }
 

@@ -18,7 +18,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["CHAT_PROMPTS", "WORKLOADS", "Workload", "load_workload"]
+__all__ = [
+    "CHAT_PROMPTS", "WORKLOADS", "Workload", "load_workload", "ranked_draft_vocab",
+    "trained_dataset",
+]  # fmt: skip
 
 CHAT_PROMPTS = (
     "What is the capital of France?",
@@ -68,15 +71,31 @@ class Workload:
         return out
 
     def draft_vocab(self, tokenizer: Any, size: int) -> list[int]:
-        """``size`` draft tokens: the most frequent in the training targets for a dataset
-        workload; otherwise the tokenizer's first ids (a BPE vocabulary's merge order, a
-        frequency proxy) after EOS."""
-        if self.settings is not None:
-            from ..evaluation.inputs import draft_vocabulary
+        """``size`` draft tokens (:func:`ranked_draft_vocab` of the workload's dataset)."""
+        return ranked_draft_vocab(self.settings, tokenizer, size)
 
-            return draft_vocabulary(self.settings, tokenizer, size)
-        eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        return list(dict.fromkeys([*eos, *range(size)]))[:size]
+
+def ranked_draft_vocab(settings: dict | None, tokenizer: Any, size: int) -> list[int]:
+    """``size`` draft tokens: the most frequent in the training targets of the dataset
+    ``settings`` (a fine-tuned export's); without one, the tokenizer's first ids (a BPE
+    vocabulary's merge order, a frequency proxy) after EOS."""
+    if settings is not None:
+        from ..evaluation.inputs import draft_vocabulary
+
+        return draft_vocabulary(settings, tokenizer, size)
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return list(dict.fromkeys([*eos, *range(size)]))[:size]
+
+
+def trained_dataset(model_dir: Path) -> dict | None:
+    """The dataset settings a fine-tuned export in ``model_dir`` was trained on, else None."""
+    from ..evaluation.inputs import dataset_settings
+
+    meta_file = Path(model_dir) / "skipdecode.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    if not (meta.get("dataset") or {}).get("name"):
+        return None
+    return dataset_settings({}, meta)
 
 
 def load_workload(name: str, tokenizer: Any, prompts: int, model_dir: Path) -> Workload:
@@ -98,18 +117,16 @@ def load_workload(name: str, tokenizer: Any, prompts: int, model_dir: Path) -> W
 
 def _dataset_workload(tokenizer: Any, prompts: int, model_dir: Path, pad: int) -> Workload:
     from ..data.tasks import get_task
-    from ..evaluation.inputs import dataset_settings, encode_prompts, load_examples
+    from ..evaluation.inputs import encode_prompts, load_examples
 
-    meta_file = Path(model_dir) / "skipdecode.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    if not (meta.get("dataset") or {}).get("name"):
+    settings = trained_dataset(model_dir)
+    if settings is None:
         raise ValueError(
             f"--workload=dataset needs a fine-tuned export whose skipdecode.json names its "
             f"dataset; {model_dir} has none (use --workload chat)"
         )
     if prompts < 1:
         raise ValueError(f"--prompts={prompts}; allowed: >= 1")
-    settings = dataset_settings({}, meta)
     task = get_task(settings["name"])
     examples = load_examples(settings, "test", prompts)[:prompts]
     max_source = int(settings.get("max_source_tokens") or task.max_source_tokens)

@@ -5,9 +5,12 @@ a fixed commit, Apache-2.0; ``SOURCE.md`` beside it) decoded as Spec-Bench's ``e
 does: one question at a time (batch 1), greedy, each turn in turn (MT-bench's second turn sees
 the model's own first answer), the model's chat template, a warm-up on the first question, wall
 time per turn. Methods: ``plain`` (skipdecode ``full``, the baseline) and ``speculative-k<k>``
-for each ``k`` (the SkipDecode target plan at ``--draft-speedup`` as draft; ``--auto-off`` adds
-the largest ``k`` turning itself off where it does not pay). Every speculative turn is checked
-to be the plain turn, token for token.
+for each ``k`` (the SkipDecode target plan at ``--draft-speedup`` as draft, or a constant
+``--draft-budget`` b-layer plan, the shape a ``speculative_b8`` model is trained for; drafting
+over the ``--draft-vocab`` most frequent tokens of a fine-tuned export's training targets;
+``--auto-off`` adds the largest ``k`` turning itself off where it does not pay). Every
+speculative turn is checked to be the plain turn, token for token. ``--compile``: every method
+on the compiled decode path, its compiling left out of the wall time.
 
 Writes, per method, ``<out>/<name>/<method>.jsonl`` in Spec-Bench's answer format
 (``question_id``, ``category``, ``model_id``, ``choices[0]``: ``turns``, ``decoding_steps``,
@@ -18,6 +21,7 @@ over questions of new tokens / wall time, as Spec-Bench's ``speed.py``) and the 
 plain.
 
     python -m skipdecode.experiments.spec_bench --per-task 10 --new-tokens 128 --ks 4
+    python -m skipdecode.experiments.spec_bench --model EXPORT --draft-budget 8 --compile
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ..io import write_text_atomic
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import add_run_options, load_bench_model, write_bench
+from .bench_workloads import ranked_draft_vocab, trained_dataset
 
 __all__ = ["QUESTIONS", "TASKS", "load_questions", "run_spec_bench", "spec_bench_table", "main"]
 
@@ -105,7 +110,7 @@ def _answer(
         )  # fmt: skip
         if ids.device.type == "cuda":
             torch.cuda.synchronize()
-        wall = time.perf_counter() - start
+        wall = time.perf_counter() - start - out.stats.compile_seconds
         n = out.stats.generated_lengths[0]
         generated = out.generated_ids[0, :n].tolist()
         # tokens per decoding step: the prefill's one, then each round's (plain: one per step)
@@ -132,12 +137,21 @@ def run_spec_bench(
     new_tokens: int = 1024,
     auto_off: bool = False,
     show_progress: bool | None = None,
+    draft_budget: int | None = None,
+    draft_vocab: Sequence[int] | None = None,
+    compile: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Answers per method (Spec-Bench's format, plus ``identical_to_plain``), methods
-    interleaved question by question after a warm-up on the first question."""
-    dec = SkipDecoder(model, tokenizer)
+    interleaved question by question after a warm-up on the first question. ``draft_budget``:
+    a constant draft plan of that many layers instead of the target plan; ``draft_vocab``: the
+    token ids every speculative method drafts over; ``compile``: the compiled decode path."""
+    dec = SkipDecoder(model, tokenizer, compile=compile)
     L = dec.num_layers
-    draft = {"name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens}
+    draft: dict[str, Any] = {
+        "name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens
+    }  # fmt: skip
+    if draft_budget is not None:
+        draft = {"name": "budgets", "budgets": [draft_budget], "warmup_layers": 1}
     methods: dict[str, Schedule] = {"plain": FullSchedule(L)}
     for k in ks:
         methods[f"speculative-k{k}"] = build_schedule(
@@ -147,6 +161,10 @@ def run_spec_bench(
         methods[f"speculative-k{max(ks)}-auto"] = build_schedule(
             {"name": "speculative", "draft": draft, "k": max(ks), "auto_off": True}, L, new_tokens
         )
+    if draft_vocab is not None:
+        for method, schedule in methods.items():
+            if method != "plain":
+                methods[method] = schedule.with_draft_vocab(list(draft_vocab))  # type: ignore[attr-defined]
     for schedule in methods.values():  # warm-up
         _answer(dec, schedule, questions[0], new_tokens)
     answers: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
@@ -224,19 +242,34 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new-tokens", type=int, default=1024, help="per turn (Spec-Bench: 1024)")
     p.add_argument("--per-task", type=int, default=None, help="the first N questions of each task")
     p.add_argument("--auto-off", action="store_true", help="also the largest k with auto_off")
+    p.add_argument("--draft-budget", type=int, default=None, help="constant b-layer draft plan")
+    p.add_argument(
+        "--draft-vocab", type=int, default=None,
+        help="draft over the N tokens most frequent in the export's training targets",
+    )  # fmt: skip
+    p.add_argument("--compile", action="store_true", help="the compiled decode path")
     add_run_options(p, name="spec-bench")
     args = p.parse_args(argv)
     for name, values in (("--ks", args.ks), ("--new-tokens", [args.new_tokens])):
         for v in values:
             if v < 1:
                 p.error(f"{name}: {v} is not allowed (an integer >= 1)")
+    for name, value in (("--draft-budget", args.draft_budget), ("--draft-vocab", args.draft_vocab)):
+        if value is not None and value < 1:
+            p.error(f"{name}: {value} is not allowed (an integer >= 1, or leave it out)")
     if args.per_task is not None and args.per_task < 1:
         p.error(f"--per-task: {args.per_task} is not allowed (an integer >= 1, or leave it out)")
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
+    L = model.config.num_hidden_layers
+    if args.draft_budget is not None and args.draft_budget >= L:
+        p.error(f"--draft-budget: {args.draft_budget} is not allowed (1 to {L - 1} layers)")
     questions = load_questions(per_task=args.per_task)
+    vocab = None
+    if args.draft_vocab is not None:
+        vocab = ranked_draft_vocab(trained_dataset(path), tokenizer, args.draft_vocab)
     answers = run_spec_bench(
         model, tokenizer, questions, args.ks, args.draft_speedup, args.new_tokens,
-        args.auto_off, args.progress,
+        args.auto_off, args.progress, args.draft_budget, vocab, args.compile,
     )  # fmt: skip
     rows = summarize(answers)
     folder = args.out / args.name

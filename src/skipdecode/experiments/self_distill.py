@@ -1,0 +1,187 @@
+"""General training data for the lossless mode: a chat model's own greedy answers.
+
+The lossless mode's output is the full model's, so its draft should predict what the full model
+says. Offline there is no general instruction data, so the training data are the model's own
+greedy answers (self-distillation) to Spec-Bench questions it is not evaluated on: the questions
+at index ``--from-index`` and later within each task (the first 40 of each task stay held out;
+``spec_bench --per-task N`` with N <= 40 evaluates only those). Each turn is a prompt in the
+model's chat template (MT-bench's second turn sees the model's own first answer, as Spec-Bench
+decodes it) and the answer decoded greedily with every layer, in batches by prompt length.
+Prompts longer than ``--max-prompt-tokens`` are left out (a chat prompt cannot be cut without
+losing its tail), and counted.
+
+Writes ``<out>/train.jsonl`` and ``<out>/validation.jsonl`` (every ``--validation-every``-th
+example; fields ``prompt``, ``response``, ``question_id``, ``category``, ``turn``,
+``finished``: whether the answer ended with EOS within ``--new-tokens``) and
+``<out>/distill.json`` (settings, counts per task, what was left out), each written whole.
+``conf/dataset/chat.yaml`` trains on them.
+
+    python -m skipdecode.experiments.self_distill --out data/spec_bench_distill
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.engine import SkipDecoder
+from ..io import write_json_atomic, write_text_atomic
+from ..progress import progress
+from ..schedules import FullSchedule
+from .spec_bench import load_questions, task_of
+
+__all__ = ["distill", "questions_from", "main"]
+
+
+def questions_from(questions: Sequence[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    """The questions at position ``index`` and later within their task (file order)."""
+    seen: dict[str, int] = {}
+    kept = []
+    for q in questions:
+        task = task_of(q["category"])
+        if seen.get(task, 0) >= index:
+            kept.append(q)
+        seen[task] = seen.get(task, 0) + 1
+    return kept
+
+
+def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _decode_batch(
+    dec: SkipDecoder, prompts: Sequence[str], new_tokens: int
+) -> list[tuple[str, bool]]:
+    """Greedy answers (text, ended with EOS) to rendered chat prompts, decoded as one batch."""
+    from ..data.collate import left_pad
+
+    tok = dec.tokenizer
+    rows = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids, mask = left_pad(rows, int(tok.pad_token_id))
+    eos = [tok.eos_token_id]
+    out = dec.generate(
+        ids.to(dec.device), FullSchedule(dec.num_layers), new_tokens, mask.to(dec.device),
+        eos_token_id=eos, decode_texts=False,
+    )  # fmt: skip
+    answers = []
+    for row in range(len(prompts)):
+        n = out.stats.generated_lengths[row]
+        generated = out.generated_ids[row, :n].tolist()
+        finished = bool(generated) and generated[-1] in eos
+        text = tok.decode([t for t in generated if t not in eos], skip_special_tokens=True)
+        answers.append((text.strip(), finished))
+    return answers
+
+
+def distill(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    questions: Sequence[dict[str, Any]],
+    new_tokens: int,
+    max_prompt_tokens: int,
+    batch_size: int,
+    show_progress: bool | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Examples (one per answered turn, in question order) and the turns left out per task
+    because their prompt exceeds ``max_prompt_tokens``."""
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    dec = SkipDecoder(model, tokenizer)
+    chats: dict[str, list[dict[str, str]]] = {q["question_id"]: [] for q in questions}
+    examples: dict[tuple[str, int], dict[str, Any]] = {}
+    left_out: dict[str, int] = {}
+    turns = max(len(q["turns"]) for q in questions)
+    for turn in range(turns):
+        pending = []  # (question, rendered prompt) whose earlier turns were all answered
+        for q in questions:
+            qid = q["question_id"]
+            if turn >= len(q["turns"]) or len(chats[qid]) != 2 * turn:
+                continue
+            chats[qid].append({"role": "user", "content": q["turns"][turn]})
+            prompt = _render(tokenizer, chats[qid])
+            if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
+                task = task_of(q["category"])
+                left_out[task] = left_out.get(task, 0) + 1
+                continue
+            pending.append((q, prompt))
+        pending.sort(key=lambda item: len(item[1]))
+        batches = [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]
+        for batch in progress(batches, f"turn {turn + 1} batches", enabled=show_progress):
+            answers = _decode_batch(dec, [p for _, p in batch], new_tokens)
+            for (q, prompt), (text, finished) in zip(batch, answers, strict=True):
+                qid = q["question_id"]
+                chats[qid].append({"role": "assistant", "content": text})
+                examples[(qid, turn)] = {
+                    "prompt": prompt, "response": text, "question_id": qid,
+                    "category": q["category"], "turn": turn, "finished": finished,
+                }  # fmt: skip
+    order = {q["question_id"]: i for i, q in enumerate(questions)}
+    ordered = sorted(examples.values(), key=lambda e: (order[e["question_id"]], e["turn"]))
+    return [e for e in ordered if e["response"]], left_out
+
+
+def _jsonl(rows: Sequence[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .bench_tables import load_bench_model
+
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder for the data files")
+    p.add_argument("--model", type=Path, default=None, help="model dir (default: SmolLM2)")
+    p.add_argument("--from-index", type=int, default=40, help="first question of each task used")
+    p.add_argument("--new-tokens", type=int, default=128, help="answer length limit per turn")
+    p.add_argument("--max-prompt-tokens", type=int, default=384)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--validation-every", type=int, default=12)
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    args = p.parse_args(argv)
+    for name in ("new_tokens", "max_prompt_tokens", "batch_size", "validation_every"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')}: {getattr(args, name)} is not allowed (>= 1)")
+    if args.from_index < 0:
+        p.error(f"--from-index: {args.from_index} is not allowed (>= 0)")
+    if args.limit is not None and args.limit < 1:
+        p.error(f"--limit: {args.limit} is not allowed (>= 1, or leave it out)")
+    model, tokenizer, path = load_bench_model(args.model, "float32", args.device)
+    if not getattr(tokenizer, "chat_template", None):
+        p.error(f"--model: {path} has no chat template; self-distillation needs a chat model")
+    questions = questions_from(load_questions(), args.from_index)[: args.limit]
+    if not questions:
+        p.error(f"--from-index: {args.from_index} leaves no question")
+    examples, left_out = distill(
+        model, tokenizer, questions, args.new_tokens, args.max_prompt_tokens, args.batch_size,
+        args.progress,
+    )  # fmt: skip
+    every = args.validation_every
+    validation = [e for i, e in enumerate(examples) if i % every == every - 1]
+    train = [e for i, e in enumerate(examples) if i % every != every - 1]
+    if not train or not validation:
+        p.error(f"{len(examples)} examples cannot fill both splits; answer more questions")
+    counts: dict[str, int] = {}
+    for e in examples:
+        counts[task_of(e["category"])] = counts.get(task_of(e["category"]), 0) + 1
+    write_text_atomic(args.out / "train.jsonl", _jsonl(train))
+    write_text_atomic(args.out / "validation.jsonl", _jsonl(validation))
+    summary = {
+        "args": {k: str(v) for k, v in vars(args).items()}, "model": str(path),
+        "questions": len(questions), "train": len(train), "validation": len(validation),
+        "examples_per_task": counts, "left_out_long_prompts": left_out,
+        "finished": sum(e["finished"] for e in examples),
+    }  # fmt: skip
+    write_json_atomic(args.out / "distill.json", summary)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
