@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from skipdecode.experiments import self_distill, spec_bench
+from skipdecode.experiments.bench_workloads import ranked_draft_vocab
 
 
 def test_the_committed_questions_are_spec_bench_s():
@@ -84,7 +85,11 @@ def test_self_distillation_answers_each_turn_in_the_chat_template(smollm2):
 def test_answers_in_spec_bench_format_and_identical_to_plain(smollm2):
     model, tokenizer = smollm2
     questions = [spec_bench.load_questions(per_task=1)[i] for i in (0, 1)]  # MT-bench, translation
-    answers = spec_bench.run_spec_bench(model, tokenizer, questions, ks=(2,), new_tokens=10)
+    # a constant 8-layer draft over a 512-token head (the shape speculative_b8 trains)
+    vocab = ranked_draft_vocab(None, tokenizer, 512)
+    answers = spec_bench.run_spec_bench(
+        model, tokenizer, questions, ks=(2,), new_tokens=10, draft_budget=8, draft_vocab=vocab
+    )
     assert set(answers) == {"plain", "speculative-k2"}
     for method, rows in answers.items():
         for q, row in zip(questions, rows, strict=True):
@@ -96,20 +101,10 @@ def test_answers_in_spec_bench_format_and_identical_to_plain(smollm2):
             assert len(choice["accept_lengths"]) == sum(choice["decoding_steps"])
             if method == "plain":
                 assert set(choice["accept_lengths"]) == {1}
+            else:  # rounds of up to k + 1 tokens
+                assert max(choice["accept_lengths"]) <= 3
     rows = {(r["method"], r["task"]): r for r in spec_bench.summarize(answers)}
     assert set(rows) == {(m, t) for m in answers for t in ("mt_bench", "translation", "overall")}
     assert rows["plain", "overall"]["speedup"] == pytest.approx(1.0)
     assert rows["speculative-k2", "overall"]["mean_accepted_tokens"] >= 1.0
     assert "| speculative-k2 | overall | 2 |" in spec_bench.spec_bench_table(list(rows.values()))
-
-
-def test_a_constant_draft_over_a_vocabulary_subset_is_still_the_plain_answer(smollm2):
-    model, tokenizer = smollm2
-    questions = spec_bench.load_questions(per_task=1)[1:2]  # translation
-    vocab = spec_bench.ranked_draft_vocab(None, tokenizer, 512)
-    answers = spec_bench.run_spec_bench(
-        model, tokenizer, questions, ks=(2,), new_tokens=10, draft_budget=8, draft_vocab=vocab
-    )
-    (row,) = answers["speculative-k2"]
-    assert row["identical_to_plain"]
-    assert len(row["choices"][0]["accept_lengths"]) > 1  # it decoded in rounds
