@@ -9,6 +9,8 @@ import pytest
 
 from skipdecode.experiments import self_distill, spec_bench
 from skipdecode.experiments.bench_workloads import ranked_draft_vocab
+from skipdecode.schedules import build_schedule
+from skipdecode.schedules.speculative import SpeculativeSchedule
 
 
 def test_the_committed_questions_are_spec_bench_s():
@@ -55,6 +57,17 @@ def test_the_distillation_questions_are_the_ones_the_benchmark_holds_out():
     assert len(ids) + len(held_out) == len(questions)
 
 
+def test_validation_holds_every_turn_of_its_questions():
+    examples = [
+        {"question_id": q, "turn": t} for q, turns in ((7, 2), (3, 1), (9, 2)) for t in range(turns)
+    ]
+    train, validation = self_distill.split_by_question(examples, 2)
+    assert validation == [{"question_id": 3, "turn": 0}]
+    assert train == [e for e in examples if e["question_id"] != 3]
+    train, validation = self_distill.split_by_question(examples, 3)
+    assert [e["question_id"] for e in validation] == [9, 9]
+
+
 def test_self_distillation_answers_each_turn_in_the_chat_template(smollm2):
     model, tokenizer = smollm2
     questions = [spec_bench.load_questions(per_task=1)[i] for i in (0, 1)]  # MT-bench, translation
@@ -79,17 +92,35 @@ def test_self_distillation_answers_each_turn_in_the_chat_template(smollm2):
     assert single["response"] == answers["plain"][0]["choices"][0]["turns"][0]
     # a prompt over the limit is left out, and so are the later turns that would follow it
     examples, left_out = self_distill.distill(model, tokenizer, questions, 4, 10, 2)
-    assert examples == [] and left_out == {"mt_bench": 1, "translation": 1}
+    assert examples == []
+    assert left_out == {
+        "long_prompt": {"mt_bench": 1, "translation": 1}, "after_long_prompt": {"mt_bench": 1}
+    }  # fmt: skip
 
 
-def test_answers_in_spec_bench_format_and_identical_to_plain(smollm2):
+def test_answers_in_spec_bench_format_and_identical_to_plain(smollm2, monkeypatch):
     model, tokenizer = smollm2
     questions = [spec_bench.load_questions(per_task=1)[i] for i in (0, 1)]  # MT-bench, translation
     # a constant 8-layer draft over a 512-token head (the shape speculative_b8 trains)
     vocab = ranked_draft_vocab(None, tokenizer, 512)
+    built = []
+
+    def build(cfg, *args):
+        built.append(cfg)
+        return build_schedule(cfg, *args)
+
+    monkeypatch.setattr(spec_bench, "build_schedule", build)
+    with_vocab = SpeculativeSchedule.with_draft_vocab
+    vocabs = []
+    monkeypatch.setattr(
+        SpeculativeSchedule,
+        "with_draft_vocab",
+        lambda s, ids: vocabs.append(ids) or with_vocab(s, ids),
+    )
     answers = spec_bench.run_spec_bench(
         model, tokenizer, questions, ks=(2,), new_tokens=10, draft_budget=8, draft_vocab=vocab
     )
+    assert [c["draft"]["budgets"] for c in built] == [[8]] and vocabs == [vocab]
     assert set(answers) == {"plain", "speculative-k2"}
     for method, rows in answers.items():
         for q, row in zip(questions, rows, strict=True):
@@ -108,3 +139,9 @@ def test_answers_in_spec_bench_format_and_identical_to_plain(smollm2):
     assert rows["plain", "overall"]["speedup"] == pytest.approx(1.0)
     assert rows["speculative-k2", "overall"]["mean_accepted_tokens"] >= 1.0
     assert "| speculative-k2 | overall | 2 |" in spec_bench.spec_bench_table(list(rows.values()))
+
+
+def test_a_draft_budget_outside_the_model_is_refused_by_name(smollm2, capsys):
+    with pytest.raises(SystemExit):
+        spec_bench.main(["--draft-budget", "1", "--out", "unused"])
+    assert "--draft-budget: 1 is not allowed (2 to 29 layers" in capsys.readouterr().err

@@ -148,7 +148,8 @@ def encode_example(
     *,
     add_bos: bool = True,
 ) -> EncodedExample:
-    """Prompt ids and target ids (``target_prefix + target`` + EOS), cut to the limits."""
+    """Prompt ids and target ids (``target_prefix + target`` + EOS unless the example is not
+    ``complete``), cut to the limits."""
     if tokenizer.eos_token_id is None:
         raise DataConfigError("the tokenizer has no eos_token; set one before encoding targets")
     if max_target_tokens < 1:
@@ -156,7 +157,8 @@ def encode_example(
     prompt_ids, source_truncated = encode_prompt(
         tokenizer, example.source, task, max_source_tokens, add_bos=add_bos
     )
-    target_ids = _ids(tokenizer, task.target_prefix + example.target) + [tokenizer.eos_token_id]
+    eos = [tokenizer.eos_token_id] if example.complete else []  # a cut answer has not ended
+    target_ids = _ids(tokenizer, task.target_prefix + example.target) + eos
     return EncodedExample(
         prompt_ids=tuple(prompt_ids),
         target_ids=tuple(target_ids[:max_target_tokens]),

@@ -17,6 +17,9 @@ class Example:
     source: str
     target: str
     references: tuple[str, ...]
+    # False: the target was cut at a length limit (a model's answer that had not ended), so
+    # training gives it no EOS
+    complete: bool = True
 
 
 def pairs_to_examples(source: str, references: Iterable[str]) -> list[Example]:

@@ -46,14 +46,12 @@ _SOURCE_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "e2e": str.strip,
     "reddit_tldr": _strip_tldr,
     "cnn_dm": str.strip,
-    "chat": str,  # a rendered chat template ends with the assistant header's newline: kept
 }
 _TARGET_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "synthetic": str.strip,
     "e2e": str.strip,
     "reddit_tldr": _one_line,
     "cnn_dm": _one_line,
-    "chat": str.strip,
 }
 
 
@@ -276,11 +274,57 @@ def _load_summaries(
     return _rows_to_examples(spec, rows, source_field, target_field, str(path))
 
 
+def _load_chat(
+    spec: TaskSpec,
+    split: str,
+    *,
+    data_dir: str | Path | None,
+    hub_name: str | None,
+    seed: int,
+    split_files: Mapping[str, str] | None = None,
+) -> list[Example]:
+    """One example per row: ``prompt`` kept as written (a rendered chat template ends with the
+    assistant header's newline), ``response`` stripped, ``finished`` (optional, default true)
+    false for an answer cut at a length limit, which then trains without EOS."""
+    if data_dir is None:
+        raise DataConfigError(
+            "dataset 'chat' has no hub source; set data_dir to a folder with train and "
+            "validation .jsonl files (fields prompt, response, finished), e.g. from "
+            "`python -m skipdecode.experiments.self_distill`"
+        )
+    candidates = {s: list(names) for s, names in spec.local_files.items()}
+    for key, value in (split_files or {}).items():
+        candidates[resolve_split(spec, key)] = [value]
+    directory = _check_data_dir(spec, data_dir, "train and validation files (prompt, response)")
+    path = find_split_file(
+        directory, candidates[split], f"Set split_files={{{split!r}: 'FILE'}} to name it."
+    )
+    rows = read_rows(path)
+    require_columns(rows, (spec.source_field, spec.target_field), path)
+    examples, skipped = [], 0
+    for row in rows:
+        prompt, answer = (
+            row.get(spec.source_field) or "",
+            (row.get(spec.target_field) or "").strip(),
+        )
+        if not prompt.strip() or not answer:
+            skipped += 1
+            continue
+        finished = row.get("finished", True)
+        if isinstance(finished, str):  # a CSV cell
+            finished = finished.strip().lower() not in ("false", "0", "no", "")
+        complete = bool(finished)
+        examples.append(Example(prompt, answer, (answer,), complete))
+    if skipped:
+        logger.warning("%s: skipped %d row(s) with an empty prompt or response", path, skipped)
+    return examples
+
+
 _Loader = Callable[..., list[Example]]
 LOADERS: Mapping[str, _Loader] = {
     "synthetic": _load_synthetic,
     "e2e": _load_e2e,
     "reddit_tldr": _load_summaries,
     "cnn_dm": _load_summaries,
-    "chat": _load_summaries,
+    "chat": _load_chat,
 }

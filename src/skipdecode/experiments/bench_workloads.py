@@ -52,6 +52,7 @@ class Workload:
 
     def __init__(self, name: str, prompts: list[list[int]], pad_id: int, settings: dict | None):
         self.name, self.prompts, self.pad_id, self.settings = name, prompts, pad_id, settings
+        self._vocabs: dict[int, list[int]] = {}  # ranked once per size, not per batch size
 
     def batches(self, batch_size: int) -> Batches:
         """Batches covering every prompt; a batch larger than the workload repeats prompts. A
@@ -72,7 +73,9 @@ class Workload:
 
     def draft_vocab(self, tokenizer: Any, size: int) -> list[int]:
         """``size`` draft tokens (:func:`ranked_draft_vocab` of the workload's dataset)."""
-        return ranked_draft_vocab(self.settings, tokenizer, size)
+        if size not in self._vocabs:
+            self._vocabs[size] = ranked_draft_vocab(self.settings, tokenizer, size)
+        return list(self._vocabs[size])
 
 
 def ranked_draft_vocab(settings: dict | None, tokenizer: Any, size: int) -> list[int]:

@@ -43,7 +43,15 @@ from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import add_run_options, load_bench_model, write_bench
 from .bench_workloads import ranked_draft_vocab, trained_dataset
 
-__all__ = ["QUESTIONS", "TASKS", "load_questions", "run_spec_bench", "spec_bench_table", "main"]
+__all__ = [
+    "HELD_OUT",
+    "QUESTIONS",
+    "TASKS",
+    "load_questions",
+    "run_spec_bench",
+    "spec_bench_table",
+    "main",
+]
 
 QUESTIONS = Path(__file__).parent / "workloads" / "spec_bench" / "question.jsonl"
 #: Spec-Bench's tasks; MT-bench's eight categories count as one (its ``speed.py``).
@@ -58,6 +66,8 @@ MT_BENCH = (
     "humanities",
 )
 TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+#: The first 40 questions of each task are held out: ``self_distill`` trains on the rest.
+HELD_OUT = 40
 
 
 def task_of(category: str) -> str:
@@ -245,7 +255,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft-budget", type=int, default=None, help="constant b-layer draft plan")
     p.add_argument(
         "--draft-vocab", type=int, default=None,
-        help="draft over the N tokens most frequent in the export's training targets",
+        help="draft over the N tokens most frequent in training targets (--draft-vocab-data)",
+    )  # fmt: skip
+    p.add_argument(
+        "--draft-vocab-data", type=Path, default=None,
+        help="a chat data folder (self_distill) whose training answers rank the draft "
+        "vocabulary (default: the export's training data; the tokenizer's first ids without)",
     )  # fmt: skip
     p.add_argument("--compile", action="store_true", help="the compiled decode path")
     add_run_options(p, name="spec-bench")
@@ -261,12 +276,30 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--per-task: {args.per_task} is not allowed (an integer >= 1, or leave it out)")
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
     L = model.config.num_hidden_layers
-    if args.draft_budget is not None and args.draft_budget >= L:
-        p.error(f"--draft-budget: {args.draft_budget} is not allowed (1 to {L - 1} layers)")
+    if args.draft_budget is not None and not 2 <= args.draft_budget < L:
+        p.error(
+            f"--draft-budget: {args.draft_budget} is not allowed (2 to {L - 1} layers: the "
+            f"warm-up layer and at least one top layer, fewer than all)"
+        )
+    trained = trained_dataset(path)
+    if trained is not None and trained["name"] == "chat":
+        if args.per_task is None or args.per_task > HELD_OUT:
+            p.error(
+                f"--per-task: {args.per_task} is not allowed for a model fine-tuned on Spec-Bench "
+                f"answers (self_distill trains on index {HELD_OUT}+ of each task); allowed: 1 "
+                f"to {HELD_OUT}"
+            )
     questions = load_questions(per_task=args.per_task)
-    vocab = None
+    vocab, vocab_from = None, None
     if args.draft_vocab is not None:
-        vocab = ranked_draft_vocab(trained_dataset(path), tokenizer, args.draft_vocab)
+        if args.draft_vocab_data is not None:
+            trained = {"name": "chat", "data_dir": str(args.draft_vocab_data)}
+        vocab = ranked_draft_vocab(trained, tokenizer, args.draft_vocab)
+        vocab_from = (
+            f"training answers of {trained.get('data_dir')}"
+            if trained is not None
+            else "the tokenizer's first ids"
+        )
     answers = run_spec_bench(
         model, tokenizer, questions, args.ks, args.draft_speedup, args.new_tokens,
         args.auto_off, args.progress, args.draft_budget, vocab, args.compile,
@@ -276,7 +309,10 @@ def main(argv: list[str] | None = None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for method, items in answers.items():
         write_text_atomic(folder / f"{method}.jsonl", "".join(json.dumps(a) + "\n" for a in items))
-    payload = {"args": vars(args), "model": str(path), "questions": len(questions), "rows": rows}
+    payload = {
+        "args": vars(args), "model": str(path), "questions": len(questions), "rows": rows,
+        "draft_vocab_from": vocab_from,
+    }  # fmt: skip
     write_bench(args.out, args.name, payload, spec_bench_table(rows))
 
 
