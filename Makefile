@@ -190,12 +190,19 @@ spec-bench-finetune: $(STAMP) smollm2 ## Joint fine-tune with a constant 8-layer
 
 SPEC_BENCH_HELD_OUT := --per-task 3 --new-tokens 96 --draft-budget 8 --draft-vocab 4096 \
 	--draft-vocab-data outputs/data/spec_bench_distill
-spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first 3 of each task, 96 tokens a turn, batch 1), constant 8-layer draft: base SmolLM2 and its general fine-tune -> results/bench/spec-bench-b8-{base,finetuned}
+spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first 3 of each task, 96 tokens a turn, batch 1), constant 8-layer draft: base SmolLM2 and its general fine-tune, compared with a bootstrap interval -> results/bench/spec-bench-b8-{base,finetuned,compare}
 	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-finetune first"; exit 2; }
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_RUN)/train/export \
 		--ks 2 3 --auto-off --out results/bench --name spec-bench-b8-finetuned $(ARGS)
+	mkdir -p results/bench/spec-bench-b8-finetuned/training
+	cp $(SPEC_BENCH_RUN)/train/csv/metrics.csv $(SPEC_BENCH_RUN)/train/run_info.json \
+		$(SPEC_BENCH_RUN)/train/config_resolved.yaml outputs/data/spec_bench_distill/distill.json \
+		results/bench/spec-bench-b8-finetuned/training/
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) \
 		--ks 2 --out results/bench --name spec-bench-b8-base $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-base \
+		results/bench/spec-bench-b8-finetuned --method speculative-k2 --labels base fine-tuned \
+		--out results/bench --name spec-bench-b8-compare
 
 bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 questions of each task, 64 tokens a turn, batch 1) with base SmolLM2, Spec-Bench's answer format -> results/bench/spec-bench-smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \
