@@ -181,22 +181,23 @@ bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (spe
 		--out results/bench --name speculative-e2e-b8-compiled $(ARGS)
 
 SPEC_BENCH_RUN := outputs/spec_bench_smollm2
+SPEC_BENCH_DATA := outputs/data/spec_bench_distill
 spec-bench-distill: $(STAMP) smollm2 ## General training data: SmolLM2's own greedy answers to the Spec-Bench questions it is not evaluated on (index 40+ of each task) -> outputs/data/spec_bench_distill
-	$(OFFLINE) $(PY) -m skipdecode.experiments.self_distill --out outputs/data/spec_bench_distill $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.self_distill --out $(SPEC_BENCH_DATA) $(ARGS)
 
-spec-bench-finetune: $(STAMP) smollm2 ## Joint fine-tune with a constant 8-layer draft on that data (experiment=spec_bench_smollm2, ~35 min on 2 cores) -> outputs/spec_bench_smollm2/train/export
-	@test -f outputs/data/spec_bench_distill/train.jsonl || { echo "no outputs/data/spec_bench_distill: run make spec-bench-distill first"; exit 2; }
+spec-bench-finetune: $(STAMP) smollm2 ## Joint fine-tune with a constant 8-layer draft on that data (experiment=spec_bench_smollm2, 12-35 min on 2 cores) -> outputs/spec_bench_smollm2/train/export
+	@test -f $(SPEC_BENCH_DATA)/train.jsonl || { echo "no $(SPEC_BENCH_DATA): run make spec-bench-distill first"; exit 2; }
 	$(OFFLINE) $(PY) -m skipdecode.train experiment=spec_bench_smollm2 hydra.run.dir=$(SPEC_BENCH_RUN)/train $(ARGS)
 
 SPEC_BENCH_HELD_OUT := --per-task 3 --new-tokens 96 --draft-budget 8 --draft-vocab 4096 \
-	--draft-vocab-data outputs/data/spec_bench_distill
+	--draft-vocab-data $(SPEC_BENCH_DATA)
 spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first 3 of each task, 96 tokens a turn, batch 1), constant 8-layer draft: base SmolLM2 and its general fine-tune, compared with a bootstrap interval -> results/bench/spec-bench-b8-{base,finetuned,compare}
 	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-finetune first"; exit 2; }
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_RUN)/train/export \
 		--ks 2 3 --auto-off --out results/bench --name spec-bench-b8-finetuned $(ARGS)
 	mkdir -p results/bench/spec-bench-b8-finetuned/training
 	cp $(SPEC_BENCH_RUN)/train/csv/metrics.csv $(SPEC_BENCH_RUN)/train/run_info.json \
-		$(SPEC_BENCH_RUN)/train/config_resolved.yaml outputs/data/spec_bench_distill/distill.json \
+		$(SPEC_BENCH_RUN)/train/config_resolved.yaml $(SPEC_BENCH_DATA)/distill.json \
 		results/bench/spec-bench-b8-finetuned/training/
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) \
 		--ks 2 --out results/bench --name spec-bench-b8-base $(ARGS)

@@ -1,5 +1,5 @@
 """Two Spec-Bench runs compared question by question: the measures are spec_bench's, the
-interval is a paired bootstrap over questions, mismatched runs are refused."""
+interval is a paired bootstrap over questions, runs that differ are refused."""
 
 from __future__ import annotations
 
@@ -9,71 +9,107 @@ import pytest
 
 from skipdecode.experiments import spec_bench, spec_bench_compare
 
+METHOD = "speculative-k2"
+SETTINGS = {"per_task": "1", "new_tokens": "96", "draft_budget": "8", "draft_vocab": "4096"}
+CATEGORIES = ["writing", "translation", "qa", "rag"]
 
-def _answer(qid: int, category: str, turns: list[str], accept: list[int], wall: float) -> dict:
+
+def _answer(qid: int, turns: list[str], accept: list[int], wall: float) -> dict:
     choice = {
         "index": 0, "turns": turns, "decoding_steps": [len(accept)],
         "new_tokens": [sum(accept)], "wall_time": [wall], "accept_lengths": accept,
     }  # fmt: skip
     return {
-        "question_id": qid, "category": category, "model_id": "m", "choices": [choice],
+        "question_id": qid, "category": CATEGORIES[qid], "model_id": "m", "choices": [choice],
         "identical_to_plain": True,
     }  # fmt: skip
 
 
-def _run(accepts: list[list[int]], walls: list[float], plain_turns: list[str]) -> dict:
-    cats = ["writing", "translation", "qa", "rag"]
-    plain = [
-        _answer(i, cats[i], [plain_turns[i]], [1] * sum(a), sum(a) / 10.0)
-        for i, a in enumerate(accepts)
-    ]
-    spec = [_answer(i, cats[i], ["x"], a, w) for i, (a, w) in enumerate(zip(accepts, walls))]
-    return {"plain": plain, "speculative-k2": spec}
+def _run(accepts: list[list[int]], walls: list[float], plain: list[tuple[str, float]]) -> dict:
+    """A run: plain answers (text, wall time) and the method's accepted lengths per step."""
+    return {
+        "plain": [_answer(i, [t], [1] * sum(accepts[i]), w) for i, (t, w) in enumerate(plain)],
+        METHOD: [_answer(i, ["x"], a, w) for i, (a, w) in enumerate(zip(accepts, walls))],
+        "settings": dict(SETTINGS),
+    }
 
 
-BASE = _run([[1, 1, 2], [1, 1], [2, 1], [1, 1, 1, 1]], [0.5, 0.3, 0.4, 0.6], ["a", "b", "c", "d"])
-TUNED = _run([[3, 3], [2, 1], [3], [2, 2]], [0.2, 0.2, 0.1, 0.3], ["a", "B", "c", "D"])
+BASE = _run(
+    [[1, 1, 2], [1, 1], [2, 1], [1, 1, 1, 1]], [0.5, 0.3, 0.4, 0.6],
+    [("a", 0.4), ("b", 0.1), ("c", 0.6), ("d", 0.2)],
+)  # fmt: skip
+TUNED = _run(
+    [[3, 3], [2, 1], [3], [2, 2]], [0.2, 0.2, 0.1, 0.3],
+    [("a", 0.3), ("B", 0.5), ("c", 0.1), ("D", 0.2)],
+)  # fmt: skip
 
 
-def test_the_measures_are_spec_bench_s_and_the_interval_holds_the_difference():
-    result = spec_bench_compare.compare_runs(BASE, TUNED, "speculative-k2", resamples=400)
-    rows = {(r["method"], r["task"]): r for r in spec_bench.summarize(TUNED)}
-    tuned = rows[("speculative-k2", "overall")]
+def test_the_measures_are_spec_bench_s_and_the_interval_is_paired():
+    result = spec_bench_compare.compare_runs(BASE, TUNED, METHOD, resamples=400)
+    for run, side in ((BASE, "baseline"), (TUNED, "system")):
+        answers = {"plain": run["plain"], METHOD: run[METHOD]}
+        summary = {(r["method"], r["task"]): r for r in spec_bench.summarize(answers)}
+        for name in ("mean_accepted_tokens", "speedup"):
+            assert result["overall"][name][side] == pytest.approx(
+                summary[(METHOD, "overall")][name]
+            )
+        for task in result["tasks"]:
+            assert task[side]["speedup"] == pytest.approx(
+                summary[(METHOD, task["task"])]["speedup"]
+            )
     overall = result["overall"]
-    assert overall["mean_accepted_tokens"]["system"] == pytest.approx(tuned["mean_accepted_tokens"])
-    assert overall["speedup"]["system"] == pytest.approx(tuned["speedup"])
     assert overall["mean_accepted_tokens"]["baseline"] == pytest.approx(13 / 11)
     assert overall["mean_accepted_tokens"]["system"] == pytest.approx(16 / 7)
     for m in overall.values():
         assert m["delta"] == pytest.approx(m["system"] - m["baseline"])
         assert m["ci95_low"] <= m["delta"] <= m["ci95_high"]
     assert [t["task"] for t in result["tasks"]] == ["mt_bench", "translation", "qa", "rag"]
-    qa = {t["task"]: t for t in result["tasks"]}["qa"]
-    assert qa["system"]["mean_accepted_tokens"] == pytest.approx(3.0)
     assert (result["plain_turns_alike"], result["plain_turns"]) == (2, 4)
+    assert result["identical_to_plain"] is True
+    # the same questions are drawn for both runs: a run against itself differs by exactly 0
+    same = spec_bench_compare.compare_runs(BASE, BASE, METHOD, resamples=200)
+    for m in same["overall"].values():
+        assert (m["delta"], m["ci95_low"], m["ci95_high"]) == (0.0, 0.0, 0.0)
+    assert spec_bench_compare.compare_runs(BASE, TUNED, METHOD, resamples=400) == result
 
 
-def test_runs_of_different_questions_or_a_missing_method_are_refused(tmp_path):
-    fewer = {name: rows[:3] for name, rows in TUNED.items()}
-    with pytest.raises(spec_bench_compare.SpecBenchCompareError, match="different questions"):
-        spec_bench_compare.compare_runs(BASE, fewer, "speculative-k2")
-    (tmp_path / "plain.jsonl").write_text(json.dumps(BASE["plain"][0]) + "\n")
-    with pytest.raises(spec_bench_compare.SpecBenchCompareError, match=r"--method.*\['plain'\]"):
-        spec_bench_compare.load_run(tmp_path, "speculative-k4")
+def test_runs_that_cannot_be_compared_are_refused():
+    error = spec_bench_compare.SpecBenchCompareError
+    fewer = {**TUNED, METHOD: TUNED[METHOD][:3]}
+    with pytest.raises(error, match=r"different questions: only the baseline holds \[3\]"):
+        spec_bench_compare.compare_runs(BASE, fewer, METHOD)
+    longer = {**TUNED, "settings": {**SETTINGS, "new_tokens": "128"}}
+    with pytest.raises(error, match=r"different settings \{'new_tokens': \('96', '128'\)\}"):
+        spec_bench_compare.compare_runs(BASE, longer, METHOD)
+    with pytest.raises(error, match=r"--resamples: 0; allowed: an integer >= 1"):
+        spec_bench_compare.compare_runs(BASE, TUNED, METHOD, resamples=0)
+    no_plain = {**TUNED, "plain": TUNED["plain"][1:]}
+    with pytest.raises(error, match=r"system: plain.jsonl lacks questions \[0\]"):
+        spec_bench_compare.compare_runs(BASE, no_plain, METHOD)
 
 
-def test_main_writes_the_table_and_record(tmp_path):
-    for name, run in (("base", BASE), ("tuned", TUNED)):
-        (tmp_path / name).mkdir()
-        for method, rows in run.items():
-            lines = "".join(json.dumps(r) + "\n" for r in rows)
-            (tmp_path / name / f"{method}.jsonl").write_text(lines)
-    spec_bench_compare.main(
-        [str(tmp_path / "base"), str(tmp_path / "tuned"), "--method", "speculative-k2",
-         "--resamples", "50", "--out", str(tmp_path), "--name", "cmp"]
-    )  # fmt: skip
+def _write(folder, run) -> None:
+    folder.mkdir()
+    for method in ("plain", METHOD):
+        (folder / f"{method}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run[method]))
+    record = {"args": run["settings"]}
+    (folder.parent / f"{folder.name}.json").write_text(json.dumps(record))
+
+
+def test_main_writes_the_table_and_record_and_names_what_is_missing(tmp_path, capsys):
+    _write(tmp_path / "base", BASE)
+    _write(tmp_path / "tuned", TUNED)
+    args = [str(tmp_path / "base"), str(tmp_path / "tuned"), "--out", str(tmp_path)]
+    spec_bench_compare.main([*args, "--method", METHOD, "--resamples", "50", "--name", "cmp"])
     record = json.loads((tmp_path / "cmp.json").read_text())
     assert record["questions"] == 4 and record["settings"]["resamples"] == 50
     table = (tmp_path / "cmp.md").read_text()
-    assert "| mean accepted tokens per step | 1.18 | 2.29 |" in table
+    assert "| mean accepted tokens per step | 1.182 | 2.286 |" in table
     assert "Plain turns answered alike by both models: 2 of 4." in table
+    with pytest.raises(SystemExit) as exit_info:
+        spec_bench_compare.main([*args, "--method", "speculative-k4"])
+    assert exit_info.value.code == 2
+    assert "--method: " in capsys.readouterr().err
+    (tmp_path / "tuned" / "plain.jsonl").unlink()
+    with pytest.raises(spec_bench_compare.SpecBenchCompareError, match=r"system: .*no plain"):
+        spec_bench_compare.load_run(tmp_path / "tuned", METHOD, "system")

@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
         write_text_atomic(folder / f"{method}.jsonl", "".join(json.dumps(a) + "\n" for a in items))
     payload = {
         "args": vars(args), "model": str(path), "questions": len(questions), "rows": rows,
-        "draft_vocab_from": vocab_from,
+        "draft_vocab_from": vocab_from, "draft_vocab_size": len(vocab) if vocab else None,
     }  # fmt: skip
     write_bench(args.out, args.name, payload, spec_bench_table(rows))
 

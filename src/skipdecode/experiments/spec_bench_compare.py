@@ -1,12 +1,17 @@
 """Two Spec-Bench runs of one method compared question by question (a base model and its
 fine-tune, say): mean accepted tokens per step and speedup over each run's own plain decoding,
 with a 95% interval for the difference from a paired bootstrap over questions, and how many
-plain turns the two models answer alike (a fine-tune changes the answers the mode reproduces).
+plain turns the two models answer alike.
 
 Both measures are computed as ``spec_bench`` computes them: accepted tokens pooled over every
-decoding step of the drawn questions, speedup the mean tokens/s of the method over the mean
-tokens/s of plain on the same questions. A run folder holds one trained model, so the interval
-covers the sampling of questions only, not training seeds; it is stated in the output.
+decoding step of the drawn questions; speedup, the mean tokens/s of the method over the mean
+tokens/s of plain on the same questions. A run folder holds one trained model timed once per
+question, so the interval covers the sampling of questions only, neither training seeds nor
+timing noise between the runs; the output says so. Where the two models answer differently, a
+difference in acceptance mixes a better draft with text that is easier to draft.
+
+The runs must have decoded the same questions with the same decoding settings (read from the
+``<name>.json`` record beside each ``<name>/`` folder).
 
     python -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-base \\
         results/bench/spec-bench-b8-finetuned --method speculative-k2 \\
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,126 +34,208 @@ from .spec_bench import TASKS, task_of
 
 __all__ = ["SpecBenchCompareError", "compare_runs", "compare_table", "load_run", "main"]
 
+#: Decoding settings two compared runs must share (``spec_bench``'s arguments).
+SHARED_SETTINGS = (
+    "per_task", "new_tokens", "draft_speedup", "draft_budget", "draft_vocab",
+    "draft_vocab_data", "compile", "dtype", "device",
+)  # fmt: skip
+MEASURES = ("mean_accepted_tokens", "speedup")
+
 
 class SpecBenchCompareError(ValueError):
-    """Two runs that cannot be compared, or a method a run does not hold."""
+    """Two runs that cannot be compared, or a run folder that lacks what is compared."""
 
 
-def load_run(folder: Path, method: str) -> dict[str, list[dict[str, Any]]]:
-    """``{"plain": answers, method: answers}`` of a ``spec_bench`` output folder."""
-    held = sorted(p.stem for p in Path(folder).glob("*.jsonl"))
-    out = {}
-    for name in ("plain", method):
-        path = Path(folder) / f"{name}.jsonl"
+def load_run(folder: Path, method: str, role: str = "run") -> dict[str, Any]:
+    """``{"plain": answers, method: answers, "settings": spec_bench's arguments}`` of the
+    ``spec_bench`` output folder ``folder`` (``role`` names it in errors)."""
+    folder = Path(folder)
+    record = folder.parent / f"{folder.name}.json"
+    if not record.is_file():
+        raise SpecBenchCompareError(
+            f"{role}: {folder} has no record {record.name} beside it; allowed: a spec_bench "
+            "output folder (<out>/<name>/ with <out>/<name>.json)"
+        )
+    held = sorted(p.stem for p in folder.glob("*.jsonl"))
+    run: dict[str, Any] = {"settings": json.loads(record.read_text()).get("args", {})}
+    for name, setting in (("plain", role), (method, "--method")):
+        path = folder / f"{name}.jsonl"
         if not path.is_file():
             raise SpecBenchCompareError(
-                f"--method: {folder} holds no {name}.jsonl; methods there: {held or 'none'}"
+                f"{setting}: {folder} holds no {name}.jsonl; methods there: {held or 'none'} "
+                "(a spec_bench run always holds plain)"
             )
-        out[name] = [json.loads(line) for line in path.read_text().splitlines() if line]
+        run[name] = [json.loads(line) for line in path.read_text().splitlines() if line]
+    return run
+
+
+@dataclass
+class QuestionStats:
+    """One run's per-question figures, in a shared question order."""
+
+    accepted: np.ndarray  # tokens the method's decoding steps produced
+    steps: np.ndarray  # the method's decoding steps
+    method_speed: np.ndarray  # tokens/s of the method
+    plain_speed: np.ndarray  # tokens/s of plain decoding
+
+    def measures(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Mean accepted tokens per step and speedup over plain of the questions in ``rows``
+        (the last axis; one value per leading index)."""
+        return {
+            "mean_accepted_tokens": self.accepted[rows].sum(-1) / self.steps[rows].sum(-1),
+            "speedup": self.method_speed[rows].mean(-1) / self.plain_speed[rows].mean(-1),
+        }
+
+
+def _speed(choice: dict[str, Any]) -> float:
+    return sum(choice["new_tokens"]) / sum(choice["wall_time"])
+
+
+def _question_stats(run: dict[str, Any], method: str, ids: list[int], role: str) -> QuestionStats:
+    method_by_id = {a["question_id"]: a["choices"][0] for a in run[method]}
+    plain_by_id = {a["question_id"]: a["choices"][0] for a in run["plain"]}
+    missing = [q for q in ids if q not in plain_by_id]
+    if missing:
+        raise SpecBenchCompareError(
+            f"{role}: plain.jsonl lacks questions {missing[:5]} that {method}.jsonl holds; "
+            "allowed: a complete spec_bench run"
+        )
+    steps = np.array([len(method_by_id[q]["accept_lengths"]) for q in ids], float)
+    if not steps.all():
+        raise SpecBenchCompareError(
+            f"{role}: {method}.jsonl has questions with no decoding step "
+            f"{[q for q, n in zip(ids, steps) if not n][:5]}; allowed: answered questions"
+        )
+    return QuestionStats(
+        accepted=np.array([sum(method_by_id[q]["accept_lengths"]) for q in ids], float),
+        steps=steps,
+        method_speed=np.array([_speed(method_by_id[q]) for q in ids]),
+        plain_speed=np.array([_speed(plain_by_id[q]) for q in ids]),
+    )
+
+
+def _check_comparable(baseline: dict[str, Any], system: dict[str, Any], method: str) -> list[int]:
+    """The shared question ids, in the baseline's order; refuses runs that differ."""
+    ids = [a["question_id"] for a in baseline[method]]
+    other = {a["question_id"] for a in system[method]}
+    if not ids:
+        raise SpecBenchCompareError(f"--method: the baseline's {method}.jsonl holds no questions")
+    if set(ids) != other or len(ids) != len(system[method]):
+        raise SpecBenchCompareError(
+            f"the runs decoded different questions: only the baseline holds "
+            f"{sorted(set(ids) - other)[:5]}, only the system {sorted(other - set(ids))[:5]}; "
+            "allowed: two runs of the same --per-task"
+        )
+    differ = {
+        k: (baseline["settings"].get(k), system["settings"].get(k))
+        for k in SHARED_SETTINGS
+        if baseline["settings"].get(k) != system["settings"].get(k)
+    }
+    if differ:
+        raise SpecBenchCompareError(
+            f"the runs decoded with different settings {differ} (baseline, system); allowed: "
+            f"runs that share {', '.join(SHARED_SETTINGS)}"
+        )
+    return ids
+
+
+def _interval(base: QuestionStats, mine: QuestionStats, draws: np.ndarray) -> dict[str, Any]:
+    """Both runs' measures over every question, and system - baseline with the 2.5th/97.5th
+    percentiles over ``draws`` (the same drawn questions for both runs: paired)."""
+    every = np.arange(draws.shape[1])
+    observed_base, observed_mine = base.measures(every), mine.measures(every)
+    drawn_base, drawn_mine = base.measures(draws), mine.measures(draws)
+    out = {}
+    for name in MEASURES:
+        low, high = np.percentile(drawn_mine[name] - drawn_base[name], [2.5, 97.5])
+        out[name] = {
+            "baseline": float(observed_base[name]),
+            "system": float(observed_mine[name]),
+            "delta": float(observed_mine[name] - observed_base[name]),
+            "ci95_low": float(low),
+            "ci95_high": float(high),
+        }
     return out
 
 
-def _per_question(run: dict[str, list[dict[str, Any]]], method: str, ids: list[int]) -> dict:
-    """Per question (in ``ids`` order): accepted tokens, decoding steps, tokens/s of the method
-    and of plain."""
-    by_id = {name: {a["question_id"]: a["choices"][0] for a in rows} for name, rows in run.items()}
-
-    def tps(choice: dict[str, Any]) -> float:
-        return sum(choice["new_tokens"]) / sum(choice["wall_time"])
-
-    return {
-        "accepted": np.array([sum(by_id[method][q]["accept_lengths"]) for q in ids], float),
-        "steps": np.array([len(by_id[method][q]["accept_lengths"]) for q in ids], float),
-        "tps": np.array([tps(by_id[method][q]) for q in ids]),
-        "plain_tps": np.array([tps(by_id["plain"][q]) for q in ids]),
-    }
+def _per_task(base: QuestionStats, mine: QuestionStats, tasks: list[str]) -> list[dict]:
+    out = []
+    for task in TASKS:
+        rows = np.array([i for i, t in enumerate(tasks) if t == task])
+        if rows.size:
+            measured = {"baseline": base.measures(rows), "system": mine.measures(rows)}
+            out.append(
+                {"task": task, "questions": int(rows.size)}
+                | {side: {k: float(v) for k, v in m.items()} for side, m in measured.items()}
+            )
+    return out
 
 
-def _measures(q: dict[str, np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean accepted tokens per step and speedup over plain for each row of ``idx``."""
-    accepted = q["accepted"][idx].sum(-1) / q["steps"][idx].sum(-1)
-    speedup = q["tps"][idx].mean(-1) / q["plain_tps"][idx].mean(-1)
-    return accepted, speedup
+def _plain_turns_alike(baseline: dict, system: dict, ids: list[int]) -> tuple[int, int]:
+    """Plain turns both runs answered with the same text, and the turns compared."""
+    turns_base = {a["question_id"]: a["choices"][0]["turns"] for a in baseline["plain"]}
+    turns_mine = {a["question_id"]: a["choices"][0]["turns"] for a in system["plain"]}
+    pairs = [(x, y) for q in ids for x, y in zip(turns_base[q], turns_mine[q])]
+    return sum(x == y for x, y in pairs), len(pairs)
 
 
 def compare_runs(
-    baseline: dict[str, list[dict[str, Any]]],
-    system: dict[str, list[dict[str, Any]]],
+    baseline: dict[str, Any],
+    system: dict[str, Any],
     method: str,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> dict[str, Any]:
-    """Overall measures of both runs, the difference (system - baseline) with its interval,
-    per-task measures, and the plain turns both answer alike."""
+    """Overall measures of both runs with the difference (system - baseline) and its interval,
+    per-task measures, whether every speculative turn equalled its plain turn, and the plain
+    turns the two models answer alike."""
     if resamples < 1:
         raise SpecBenchCompareError(f"--resamples: {resamples}; allowed: an integer >= 1")
-    ids = [a["question_id"] for a in baseline[method]]
-    other = [a["question_id"] for a in system[method]]
-    if sorted(ids) != sorted(other):
-        raise SpecBenchCompareError(
-            f"the runs decoded different questions ({len(ids)} and {len(other)}, "
-            f"{len(set(ids) ^ set(other))} not in both); compare runs of the same --per-task"
-        )
-    category = {a["question_id"]: a["category"] for a in baseline[method]}
-    qb, qs = _per_question(baseline, method, ids), _per_question(system, method, ids)
-    every = np.arange(len(ids))
+    ids = _check_comparable(baseline, system, method)
+    base = _question_stats(baseline, method, ids, "baseline")
+    mine = _question_stats(system, method, ids, "system")
     draws = np.random.default_rng(seed).integers(0, len(ids), size=(resamples, len(ids)))
-    overall = {}
-    for k, name in enumerate(("mean_accepted_tokens", "speedup")):
-        base, mine = _measures(qb, every)[k], _measures(qs, every)[k]
-        diffs = _measures(qs, draws)[k] - _measures(qb, draws)[k]
-        low, high = np.percentile(diffs, [2.5, 97.5])
-        overall[name] = {
-            "baseline": float(base), "system": float(mine), "delta": float(mine - base),
-            "ci95_low": float(low), "ci95_high": float(high),
-        }  # fmt: skip
-    tasks = []
-    for task in TASKS:
-        rows = np.array([i for i, q in enumerate(ids) if task_of(category[q]) == task])
-        if rows.size:
-            (ab, sb), (a_s, ss) = _measures(qb, rows), _measures(qs, rows)
-            tasks.append({
-                "task": task, "questions": int(rows.size),
-                "baseline": {"mean_accepted_tokens": float(ab), "speedup": float(sb)},
-                "system": {"mean_accepted_tokens": float(a_s), "speedup": float(ss)},
-            })  # fmt: skip
-    plain_b = {a["question_id"]: a["choices"][0]["turns"] for a in baseline["plain"]}
-    plain_s = {a["question_id"]: a["choices"][0]["turns"] for a in system["plain"]}
-    pairs = [(x, y) for q in ids for x, y in zip(plain_b[q], plain_s[q], strict=True)]
+    category = {a["question_id"]: a["category"] for a in baseline[method]}
+    alike, turns = _plain_turns_alike(baseline, system, ids)
     return {
         "method": method,
         "questions": len(ids),
-        "overall": overall,
-        "tasks": tasks,
-        "plain_turns_alike": sum(x == y for x, y in pairs),
-        "plain_turns": len(pairs),
+        "overall": _interval(base, mine, draws),
+        "tasks": _per_task(base, mine, [task_of(category[q]) for q in ids]),
+        "identical_to_plain": all(
+            a.get("identical_to_plain", False) for run in (baseline, system) for a in run[method]
+        ),
+        "plain_turns_alike": alike,
+        "plain_turns": turns,
         "settings": {
             "resamples": resamples,
             "seed": seed,
             "interval": "2.5th-97.5th percentile of system - baseline over questions drawn "
-            "with replacement; one trained model per run, so training seeds are not sampled",
+            "with replacement; one trained model and one timing per question in each run, so "
+            "neither training seeds nor timing noise are sampled",
         },
     }
 
 
 def compare_table(result: dict[str, Any], labels: tuple[str, str]) -> str:
+    """Markdown: the overall difference with its interval, per-task values, plain agreement."""
     base, mine = labels
-    o = result["overall"]
     lines = [
         f"{result['method']}, {result['questions']} questions: {mine} against {base} "
-        "(difference with a 95% paired bootstrap interval over questions; one trained model "
-        "each, training seeds not sampled)\n",
+        "(difference with a 95% paired bootstrap interval over questions; one trained model and "
+        "one timing per question each, so neither training seeds nor timing noise are "
+        "sampled)\n",
         f"| measure | {base} | {mine} | difference [95% interval] |",
         "|---|---|---|---|",
     ]
     for name, label, fmt in (
-        ("mean_accepted_tokens", "mean accepted tokens per step", "{:.2f}"),
-        ("speedup", "speedup over its own plain decoding", "{:.2f}x"),
+        ("mean_accepted_tokens", "mean accepted tokens per step", "{:.3f}"),
+        ("speedup", "speedup over its own plain decoding", "{:.3f}x"),
     ):
-        m = o[name]
+        m = result["overall"][name]
         lines.append(
             f"| {label} | {fmt.format(m['baseline'])} | {fmt.format(m['system'])} "
-            f"| {m['delta']:+.2f} [{m['ci95_low']:+.2f}, {m['ci95_high']:+.2f}] |"
+            f"| {m['delta']:+.3f} [{m['ci95_low']:+.3f}, {m['ci95_high']:+.3f}] |"
         )
     lines += [
         "",
@@ -162,8 +250,9 @@ def compare_table(result: dict[str, Any], labels: tuple[str, str]) -> str:
             f"| {s['mean_accepted_tokens']:.2f} | {b['speedup']:.2f}x | {s['speedup']:.2f}x |"
         )
     lines.append(
-        f"\nPlain turns answered alike by both models: {result['plain_turns_alike']} of "
-        f"{result['plain_turns']}.\n"
+        f"\nEvery {result['method']} turn identical to its own model's plain turn: "
+        f"{result['identical_to_plain']}. Plain turns answered alike by both models: "
+        f"{result['plain_turns_alike']} of {result['plain_turns']}.\n"
     )
     return "\n".join(lines)
 
@@ -180,10 +269,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     labels = tuple(args.labels or (args.baseline.name, args.system.name))
     try:
-        result = compare_runs(
-            load_run(args.baseline, args.method), load_run(args.system, args.method),
-            args.method, args.resamples,
-        )  # fmt: skip
+        baseline = load_run(args.baseline, args.method, "baseline")
+        system = load_run(args.system, args.method, "system")
+        result = compare_runs(baseline, system, args.method, args.resamples)
     except SpecBenchCompareError as err:
         p.error(str(err))
     payload = {"args": vars(args), "baseline": str(args.baseline), "system": str(args.system)}
