@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-longer bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -205,22 +205,31 @@ spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first
 		results/bench/spec-bench-b8-finetuned --method speculative-k2 --labels base fine-tuned \
 		--out results/bench --name spec-bench-b8-compare
 
-SPEC_BENCH_LONGER := outputs/spec_bench_smollm2_150
-spec-bench-longer: $(STAMP) smollm2 ## The general fine-tune on a 150-step schedule (its export: the checkpoint of best full-path validation loss), decoded on the same held-out questions, compared with spec-bench-finetuned's base and 50-step runs -> results/bench/spec-bench-b8-{finetuned,compare}-150steps
-	@test -f results/bench/spec-bench-b8-base.json || { echo "no results/bench/spec-bench-b8-base: run make spec-bench-finetuned first"; exit 2; }
-	$(MAKE) spec-bench-finetune SPEC_BENCH_RUN=$(SPEC_BENCH_LONGER) \
-		ARGS="trainer.max_steps=150 trainer.val_check_interval=50 callbacks.last_checkpoint.every_n_train_steps=50"
-	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_LONGER)/train/export \
-		--ks 2 --out results/bench --name spec-bench-b8-finetuned-150steps $(ARGS)
-	mkdir -p results/bench/spec-bench-b8-finetuned-150steps/training
-	cp $(SPEC_BENCH_LONGER)/train/csv/metrics.csv $(SPEC_BENCH_LONGER)/train/run_info.json \
-		$(SPEC_BENCH_LONGER)/train/config_resolved.yaml results/bench/spec-bench-b8-finetuned-150steps/training/
+# A variant of the general fine-tune: VARIANT names it, TRAIN_ARGS are its Hydra overrides.
+SPEC_BENCH_VARIANT_RUN = outputs/spec_bench_smollm2_$(VARIANT)
+SPEC_BENCH_VARIANT_OUT = results/bench/spec-bench-b8-finetuned-$(VARIANT)
+spec-bench-variant: $(STAMP) smollm2 ## A variant of the general fine-tune (VARIANT=name TRAIN_ARGS="overrides"), decoded on the same held-out questions, compared with spec-bench-finetuned's base and 50-step runs -> results/bench/spec-bench-b8-{finetuned,compare,compare-50steps}-VARIANT
+	@test -n "$(VARIANT)" || { echo "VARIANT is empty; allowed: a name for the variant (with TRAIN_ARGS, its Hydra overrides)"; exit 2; }
+	@test -f results/bench/spec-bench-b8-finetuned.json || { echo "no results/bench/spec-bench-b8-finetuned: run make spec-bench-finetuned first"; exit 2; }
+	$(MAKE) spec-bench-finetune SPEC_BENCH_RUN=$(SPEC_BENCH_VARIANT_RUN) ARGS="$(TRAIN_ARGS)"
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_VARIANT_RUN)/train/export \
+		--ks 2 --out results/bench --name spec-bench-b8-finetuned-$(VARIANT) $(ARGS)
+	mkdir -p $(SPEC_BENCH_VARIANT_OUT)/training
+	cp $(SPEC_BENCH_VARIANT_RUN)/train/csv/metrics.csv $(SPEC_BENCH_VARIANT_RUN)/train/run_info.json \
+		$(SPEC_BENCH_VARIANT_RUN)/train/config_resolved.yaml $(SPEC_BENCH_VARIANT_OUT)/training/
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-base \
-		results/bench/spec-bench-b8-finetuned-150steps --method speculative-k2 --labels base "fine-tuned 150 steps" \
-		--out results/bench --name spec-bench-b8-compare-150steps
+		$(SPEC_BENCH_VARIANT_OUT) --method speculative-k2 --labels base "fine-tuned $(VARIANT)" \
+		--out results/bench --name spec-bench-b8-compare-$(VARIANT)
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-finetuned \
-		results/bench/spec-bench-b8-finetuned-150steps --method speculative-k2 --labels "50 steps" "150 steps" \
-		--out results/bench --name spec-bench-b8-compare-50-150steps
+		$(SPEC_BENCH_VARIANT_OUT) --method speculative-k2 --labels "50 steps" "$(VARIANT)" \
+		--out results/bench --name spec-bench-b8-compare-50steps-$(VARIANT)
+
+spec-bench-longer: $(STAMP) smollm2 ## spec-bench-variant on a 150-step schedule (its export: the checkpoint of best full-path validation loss) -> results/bench/spec-bench-b8-*-150steps
+	$(MAKE) spec-bench-variant VARIANT=150steps \
+		TRAIN_ARGS="trainer.max_steps=150 trainer.val_check_interval=50 callbacks.last_checkpoint.every_n_train_steps=50"
+
+spec-bench-draft-weight: $(STAMP) smollm2 ## spec-bench-variant with the draft loss weighted 3 (schedule.draft_weight=3.0; 1.0 in spec-bench-finetune) -> results/bench/spec-bench-b8-*-draft-weight-3
+	$(MAKE) spec-bench-variant VARIANT=draft-weight-3 TRAIN_ARGS="schedule.draft_weight=3.0"
 
 bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 questions of each task, 64 tokens a turn, batch 1) with base SmolLM2, Spec-Bench's answer format -> results/bench/spec-bench-smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \
