@@ -228,6 +228,17 @@ def _load_e2e(
     return examples
 
 
+def _split_candidates(
+    spec: TaskSpec, split_files: Mapping[str, str] | None
+) -> dict[str, list[str]]:
+    """Per split, the file names to look for: the task's own, or the one ``split_files``
+    names (its keys validated as split names)."""
+    candidates = {split: list(names) for split, names in spec.local_files.items()}
+    for key, value in (split_files or {}).items():
+        candidates[resolve_split(spec, key)] = [value]
+    return candidates
+
+
 def _load_summaries(
     spec: TaskSpec,
     split: str,
@@ -253,9 +264,7 @@ def _load_summaries(
             source_field,
             target_field,
         )
-    candidates = {split: list(names) for split, names in spec.local_files.items()}
-    for key, value in (split_files or {}).items():
-        candidates[resolve_split(spec, key)] = [value]
+    candidates = _split_candidates(spec, split_files)
     layout = {
         s: [n if Path(n).suffix else f"{n}{{{','.join(SUPPORTED_SUFFIXES)}}}" for n in c]
         for s, c in candidates.items()
@@ -292,9 +301,7 @@ def _load_chat(
             "validation .jsonl files (fields prompt, response, finished), e.g. from "
             "`python -m skipdecode.experiments.self_distill`"
         )
-    candidates = {s: list(names) for s, names in spec.local_files.items()}
-    for key, value in (split_files or {}).items():
-        candidates[resolve_split(spec, key)] = [value]
+    candidates = _split_candidates(spec, split_files)
     directory = _check_data_dir(spec, data_dir, "train and validation files (prompt, response)")
     path = find_split_file(
         directory, candidates[split], f"Set split_files={{{split!r}: 'FILE'}} to name it."

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from ..core.engine import SkipDecoder
-from ..io import write_json_atomic, write_text_atomic
+from ..io import write_json_atomic, write_jsonl_atomic
 from ..progress import progress
 from ..schedules import FullSchedule
 from .spec_bench import HELD_OUT, load_questions, task_of
@@ -56,21 +56,20 @@ def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
 
 
 def _decode_batch(
-    dec: SkipDecoder, prompts: Sequence[str], new_tokens: int
+    dec: SkipDecoder, rows: Sequence[list[int]], new_tokens: int
 ) -> list[tuple[str, bool]]:
-    """Greedy answers (text, ended with EOS) to rendered chat prompts, decoded as one batch."""
+    """Greedy answers (text, ended with EOS) to tokenized chat prompts, decoded as one batch."""
     from ..data.collate import left_pad
 
     tok = dec.tokenizer
-    rows = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    ids, mask = left_pad(rows, int(tok.pad_token_id))
+    ids, mask = left_pad(list(rows), int(tok.pad_token_id))
     eos = [tok.eos_token_id]
     out = dec.generate(
         ids.to(dec.device), FullSchedule(dec.num_layers), new_tokens, mask.to(dec.device),
         eos_token_id=eos, decode_texts=False,
     )  # fmt: skip
     answers = []
-    for row in range(len(prompts)):
+    for row in range(len(rows)):
         n = out.stats.generated_lengths[row]
         generated = out.generated_ids[row, :n].tolist()
         finished = bool(generated) and generated[-1] in eos
@@ -105,7 +104,7 @@ def distill(
 
     turns = max(len(q["turns"]) for q in questions)
     for turn in range(turns):
-        pending = []  # (question, rendered prompt) whose earlier turns were all answered
+        pending = []  # (question, rendered prompt, its ids) whose earlier turns were all answered
         for q in questions:
             qid = q["question_id"]
             if turn >= len(q["turns"]):
@@ -115,15 +114,16 @@ def distill(
                 continue
             chats[qid].append({"role": "user", "content": q["turns"][turn]})
             prompt = _render(tokenizer, chats[qid])
-            if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
+            prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            if len(prompt_ids) > max_prompt_tokens:
                 leave_out("long_prompt", q)
                 continue
-            pending.append((q, prompt))
+            pending.append((q, prompt, prompt_ids))
         pending.sort(key=lambda item: len(item[1]))
         batches = [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]
         for batch in progress(batches, f"turn {turn + 1} batches", enabled=show_progress):
-            answers = _decode_batch(dec, [p for _, p in batch], new_tokens)
-            for (q, prompt), (text, finished) in zip(batch, answers, strict=True):
+            answers = _decode_batch(dec, [ids for _, _, ids in batch], new_tokens)
+            for (q, prompt, _), (text, finished) in zip(batch, answers, strict=True):
                 qid = q["question_id"]
                 chats[qid].append({"role": "assistant", "content": text})
                 examples[(qid, turn)] = {
@@ -151,10 +151,6 @@ def split_by_question(
         [e for e in examples if e["question_id"] not in held],
         [e for e in examples if e["question_id"] in held],
     )
-
-
-def _jsonl(rows: Sequence[dict[str, Any]]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -206,8 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     counts: dict[str, int] = {}
     for e in examples:
         counts[task_of(e["category"])] = counts.get(task_of(e["category"]), 0) + 1
-    write_text_atomic(args.out / "train.jsonl", _jsonl(train))
-    write_text_atomic(args.out / "validation.jsonl", _jsonl(validation))
+    write_jsonl_atomic(args.out / "train.jsonl", train)
+    write_jsonl_atomic(args.out / "validation.jsonl", validation)
     summary = {
         "args": {k: str(v) for k, v in vars(args).items()}, "model": str(path),
         "questions": len(questions), "train": len(train), "validation": len(validation),

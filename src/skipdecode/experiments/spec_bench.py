@@ -50,6 +50,8 @@ __all__ = [
     "load_questions",
     "run_spec_bench",
     "spec_bench_table",
+    "summarize",
+    "tokens_per_second",
     "main",
 ]
 
@@ -196,13 +198,16 @@ def run_spec_bench(
     return answers
 
 
+def tokens_per_second(choice: dict[str, Any]) -> float:
+    """One answer's speed (``choices[0]``): its new tokens over its wall time, every turn."""
+    return sum(choice["new_tokens"]) / sum(choice["wall_time"])
+
+
 def summarize(answers: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per method and task: Spec-Bench's mean accepted tokens, tokens/s and speedup."""
 
     def speeds(rows: list[dict[str, Any]]) -> list[float]:
-        return [
-            sum(r["choices"][0]["new_tokens"]) / sum(r["choices"][0]["wall_time"]) for r in rows
-        ]
+        return [tokens_per_second(r["choices"][0]) for r in rows]
 
     out = []
     for method, rows in answers.items():

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from ..evaluation.metrics.bootstrap import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+from ..io import read_jsonl
 from .bench_tables import write_bench
-from .spec_bench import TASKS, task_of
+from .spec_bench import TASKS, task_of, tokens_per_second
 
 __all__ = ["SpecBenchCompareError", "compare_runs", "compare_table", "load_run", "main"]
 
@@ -65,7 +66,7 @@ def load_run(folder: Path, method: str, role: str = "run") -> dict[str, Any]:
                 f"{setting}: {folder} holds no {name}.jsonl; methods there: {held or 'none'} "
                 "(a spec_bench run always holds plain)"
             )
-        run[name] = [json.loads(line) for line in path.read_text().splitlines() if line]
+        run[name] = read_jsonl(path)
     return run
 
 
@@ -87,10 +88,6 @@ class QuestionStats:
         }
 
 
-def _speed(choice: dict[str, Any]) -> float:
-    return sum(choice["new_tokens"]) / sum(choice["wall_time"])
-
-
 def _question_stats(run: dict[str, Any], method: str, ids: list[int], role: str) -> QuestionStats:
     method_by_id = {a["question_id"]: a["choices"][0] for a in run[method]}
     plain_by_id = {a["question_id"]: a["choices"][0] for a in run["plain"]}
@@ -109,8 +106,8 @@ def _question_stats(run: dict[str, Any], method: str, ids: list[int], role: str)
     return QuestionStats(
         accepted=np.array([sum(method_by_id[q]["accept_lengths"]) for q in ids], float),
         steps=steps,
-        method_speed=np.array([_speed(method_by_id[q]) for q in ids]),
-        plain_speed=np.array([_speed(plain_by_id[q]) for q in ids]),
+        method_speed=np.array([tokens_per_second(method_by_id[q]) for q in ids]),
+        plain_speed=np.array([tokens_per_second(plain_by_id[q]) for q in ids]),
     )
 
 
