@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -179,6 +179,30 @@ bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (spe
 		--prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget 8 --draft-budgets 6 10 \
 		--draft-vocab 4096 --auto-off --new-tokens 64 --repeats 2 --compile \
 		--out results/bench --name speculative-e2e-b8-compiled $(ARGS)
+
+# The draft budget chosen by measurement: SmolLM2 trained on E2E once per constant draft budget
+# (the joint recipe of reproduce-cpu's speculative_b8 cell, seed 1; an existing export is kept),
+# each model benchmarked with its own budget on the same E2E test inputs, then side by side.
+SPEC_BUDGETS := 6 8 10 12
+SPEC_BUDGETS_RUN := outputs/speculative_budgets
+speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 trained on E2E with a constant 6/8/10/12-layer draft (joint, seed 1), each timed with its budget (16 E2E test inputs, compiled, batch 1/8/32, k 2/3/4) -> results/bench/speculative-budgets
+	@for b in $(SPEC_BUDGETS); do \
+		test -f $(SPEC_BUDGETS_RUN)/b$$b/train/export/skipdecode.json || \
+		$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=speculative_b$$b seed=1 \
+			hydra.run.dir=$(SPEC_BUDGETS_RUN)/b$$b/train $(TRAIN_ARGS) || exit 1; \
+	done
+	@for b in $(SPEC_BUDGETS); do \
+		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b$$b/train/export \
+			--workload dataset --prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget $$b \
+			--draft-vocab 4096 --new-tokens 64 --repeats 2 --compile \
+			--out results/bench --name speculative-budgets-b$$b $(ARGS) || exit 1; \
+		mkdir -p results/bench/speculative-budgets-b$$b/training && \
+		cp $(SPEC_BUDGETS_RUN)/b$$b/train/csv/metrics.csv $(SPEC_BUDGETS_RUN)/b$$b/train/run_info.json \
+			$(SPEC_BUDGETS_RUN)/b$$b/train/config_resolved.yaml results/bench/speculative-budgets-b$$b/training/ || exit 1; \
+	done
+	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
+		$(foreach b,$(SPEC_BUDGETS),results/bench/speculative-budgets-b$(b).json) \
+		--out results/bench --name speculative-budgets
 
 SPEC_BENCH_RUN := outputs/spec_bench_smollm2
 SPEC_BENCH_DATA := outputs/data/spec_bench_distill

@@ -253,3 +253,11 @@ def test_speculative_bench_decodes_the_test_inputs_a_model_was_fine_tuned_for(tm
     assert spec["identical_to_full"] and set(spec["acceptance_by_budget"]) == {"2"}
     assert set(rows["speculative-k2-b3"]["acceptance_by_budget"]) == {"3"}
     assert sum(bool(rows[n].get("chosen")) for n in ("speculative-k2", "speculative-k2-b3")) == 1
+    per_batch = spec["per_batch"]  # what the interval over prompts resamples
+    assert len(per_batch) == cell["batches"]
+    assert sum(b["tokens"] for b in per_batch) == spec["tokens"]
+    accepted, drafted = (sum(b[key] for b in per_batch) for key in ("accepted", "drafted"))
+    assert accepted / drafted == pytest.approx(spec["acceptance_rate"])
+    rounds = sum(b["row_rounds"] for b in per_batch)
+    assert (accepted + rounds) / rounds == pytest.approx(spec["tokens_per_verify"])
+    assert "drafted" not in rows["skipdecode-full"]["per_batch"][0]

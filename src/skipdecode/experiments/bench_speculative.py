@@ -145,24 +145,31 @@ def bench_speculative(
     outputs: dict[str, list[torch.Tensor]] = {}
 
     def run(name: str, schedule: Schedule, work: list) -> dict[str, Any]:
-        decode, steps, tokens, counts, generated = 0.0, 0, 0, None, []
+        counts, generated, batches_run = None, [], []
         for ids, mask in work:
             out = dec.generate(
                 ids, schedule, new_tokens, mask, eos_token_id=eos, decode_texts=False,
                 profile_rounds=ids.device.type == "cpu",
             )  # fmt: skip
             st = out.stats
-            decode += st.decode_seconds
-            steps += max(st.generated_lengths) - 1
-            tokens += sum(st.generated_lengths)
+            batch = {
+                "decode_s": st.decode_seconds,
+                "steps": max(st.generated_lengths) - 1,
+                "tokens": sum(st.generated_lengths),
+            }
             generated.append(out.generated_ids)
             if st.speculation is not None:
-                counts = (
-                    st.speculation if counts is None else (counts.add(st.speculation) or counts)
-                )
+                sp = st.speculation
+                batch.update(drafted=sp.drafted, accepted=sp.accepted, row_rounds=sp.row_rounds)
+                counts = sp if counts is None else (counts.add(sp) or counts)
+            batches_run.append(batch)
         outputs[name] = generated
         spec = counts.as_dict() if counts is not None else None
-        return {"decode_s": decode, "steps": steps, "tokens": tokens, "speculation": spec}
+        return {
+            **{key: sum(b[key] for b in batches_run) for key in ("decode_s", "steps", "tokens")},
+            "speculation": spec,
+            "batches": batches_run,
+        }
 
     variants: dict[str, Callable[[list], dict[str, Any]]] = {
         name: (lambda work, name=name, sched=sched: run(name, sched, work))
@@ -186,6 +193,11 @@ def bench_speculative(
             "ms_per_step_of_full": 1000 * decode / max(full_steps, 1),
             "tokens": runs[0]["tokens"],
             "speedup_vs_full": full_s / decode,
+            # per batch (at batch 1: per prompt), its decode time the median over the repeats
+            "per_batch": [
+                {**first, "decode_s": statistics.median(r["batches"][i]["decode_s"] for r in runs)}
+                for i, first in enumerate(runs[0]["batches"])
+            ],
         }
         spec = runs[0]["speculation"]
         if spec:

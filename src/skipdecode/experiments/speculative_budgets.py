@@ -1,0 +1,246 @@
+"""The lossless mode's draft budget chosen by measurement: models trained each with its own
+constant b-layer draft (``schedule=speculative_b{b}``), each benchmarked with
+``bench_speculative --draft-budget b`` on the same inputs, put side by side.
+
+Per batch size, for every budget b and every k: acceptance, tokens per verify pass, the round's
+cost split in full decode steps (a draft pass, the verify pass), the speedup that cost model
+predicts, ``tokens per round / (drafts x draft cost + verify + acceptance + bookkeeping)`` (the
+issue's objective, measured), and the measured speedup over the same model's own full decoding.
+The chosen setting per batch size is the highest measured speedup.
+
+At batch 1 every batch is one prompt, so the runs can be compared prompt by prompt: for the
+chosen budget against each other budget at the chosen k, the difference in tokens per verify
+and in speedup with a 95% paired bootstrap interval over prompts. Each budget is one trained
+model (one seed) timed once per repeat, so the interval samples prompts, neither training seeds
+nor timing noise between runs; each budget's model is its own fine-tune, so its output (its own
+full model's, token for token) differs between budgets and so does the text being drafted.
+
+    python -m skipdecode.experiments.speculative_budgets results/bench/speculative-budgets-b6.json \\
+        results/bench/speculative-budgets-b8.json results/bench/speculative-budgets-b10.json \\
+        --out results/bench --name speculative-budgets
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..evaluation.metrics.bootstrap import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+from .bench_tables import write_bench
+
+__all__ = ["BudgetError", "choose_budgets", "budgets_table", "load_budget_run", "main"]
+
+#: bench_speculative arguments every compared run must share.
+SHARED_SETTINGS = (
+    "workload", "prompts", "batch_sizes", "ks", "new_tokens", "draft_vocab", "repeats",
+    "compile", "dtype", "device",
+)  # fmt: skip
+
+
+class BudgetError(ValueError):
+    """Runs that cannot be compared, or a record that is not a budget run."""
+
+
+def load_budget_run(path: Path) -> dict[str, Any]:
+    """A ``bench_speculative`` record run with ``--draft-budget b``: ``{"budget": b, "args",
+    "cells"}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise BudgetError(f"{path}: no such record; allowed: a bench_speculative <name>.json")
+    record = json.loads(path.read_text())
+    args = record.get("args", {})
+    budget = args.get("draft_budget")
+    if budget in (None, "None"):
+        raise BudgetError(
+            f"{path}: draft_budget={budget!r}; allowed: a run with --draft-budget b (a constant "
+            "b-layer draft, on a model trained with it)"
+        )
+    return {"path": str(path), "budget": int(budget), "args": args, "cells": record["cells"]}
+
+
+def _check_comparable(runs: list[dict[str, Any]]) -> None:
+    if len(runs) < 2:
+        raise BudgetError(f"{len(runs)} run(s) given; allowed: two or more budgets to compare")
+    budgets = [r["budget"] for r in runs]
+    if len(set(budgets)) != len(budgets):
+        raise BudgetError(f"draft budgets {budgets}; allowed: each budget once")
+    first = runs[0]
+    for run in runs[1:]:
+        for name in SHARED_SETTINGS:
+            mine, theirs = first["args"].get(name), run["args"].get(name)
+            if mine != theirs:
+                raise BudgetError(
+                    f"{run['path']}: {name}={theirs!r} where {first['path']} has {mine!r}; "
+                    "allowed: runs of one benchmark setting that differ only in the budget"
+                )
+
+
+def _row(budget: int, k: int, variant: dict[str, Any]) -> dict[str, Any]:
+    cost = variant.get("cost") or {}
+    return {
+        "budget": budget,
+        "k": k,
+        "acceptance": variant.get("acceptance_rate"),
+        "tokens_per_verify": variant.get("tokens_per_verify"),
+        "draft_pass": cost.get("draft_pass"),
+        "verify": cost.get("verify_per_round"),
+        "predicted": cost.get("predicted_speedup"),
+        "measured": variant["speedup_vs_full"],
+        "exact": variant.get("identical_to_full"),
+    }
+
+
+def _ks(cell: dict[str, Any]) -> list[int]:
+    """The draft lengths a cell ran (its ``speculative-k<k>`` variants)."""
+    return sorted(
+        int(m[1]) for n in cell["variants"] if (m := re.fullmatch(r"speculative-k(\d+)", n))
+    )
+
+
+def _prompt_arrays(cell: dict[str, Any], k: int) -> dict[str, np.ndarray]:
+    full = cell["variants"]["skipdecode-full"]["per_batch"]
+    spec = cell["variants"][f"speculative-k{k}"]["per_batch"]
+    return {
+        "full_s": np.array([b["decode_s"] for b in full]),
+        "spec_s": np.array([b["decode_s"] for b in spec]),
+        "tokens": np.array([b["accepted"] + b["row_rounds"] for b in spec]),
+        "rounds": np.array([b["row_rounds"] for b in spec]),
+    }
+
+
+def _measures(a: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Pooled over the prompts of each resample (``rows``: draws x prompts)."""
+    return {
+        "tokens_per_verify": a["tokens"][rows].sum(-1) / a["rounds"][rows].sum(-1),
+        "speedup": a["full_s"][rows].sum(-1) / a["spec_s"][rows].sum(-1),
+    }
+
+
+def _intervals(
+    chosen: dict[str, np.ndarray], other: dict[str, np.ndarray], resamples: int
+) -> dict[str, Any]:
+    n = len(chosen["tokens"])
+    if len(other["tokens"]) != n:
+        raise BudgetError(f"batch 1 holds {n} and {len(other['tokens'])} prompts; allowed: equal")
+    everything = np.arange(n)[None]
+    draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(resamples, n))
+    out = {}
+    for name in ("tokens_per_verify", "speedup"):
+        point = _measures(chosen, everything)[name][0] - _measures(other, everything)[name][0]
+        diffs = _measures(chosen, draws)[name] - _measures(other, draws)[name]
+        low, high = np.percentile(diffs, [2.5, 97.5])
+        out[name] = {"difference": float(point), "low": float(low), "high": float(high)}
+    return out
+
+
+def choose_budgets(
+    runs: list[dict[str, Any]], resamples: int = BOOTSTRAP_RESAMPLES
+) -> dict[str, Any]:
+    """Per batch size every (budget, k), the chosen one (highest measured speedup), and at batch
+    1 the chosen budget against each other at the chosen k, with paired bootstrap intervals."""
+    if resamples < 1:
+        raise BudgetError(f"resamples={resamples}; allowed: >= 1")
+    _check_comparable(runs)
+    runs = sorted(runs, key=lambda r: r["budget"])
+    batches = []
+    for cells in zip(*(r["cells"] for r in runs), strict=True):
+        size = cells[0]["batch_size"]
+        rows = [
+            {
+                **_row(run["budget"], k, cell["variants"][f"speculative-k{k}"]),
+                "full_ms_per_step": cell["variants"]["skipdecode-full"]["ms_per_step_of_full"],
+            }
+            for run, cell in zip(runs, cells, strict=True)
+            for k in _ks(cell)
+        ]
+        best = max(rows, key=lambda r: r["measured"])
+        best_predicted = max(rows, key=lambda r: r["predicted"] or 0.0)
+        batch: dict[str, Any] = {
+            "batch_size": size,
+            "rows": rows,
+            "chosen": {"budget": best["budget"], "k": best["k"]},
+            "chosen_by_cost_model": {"budget": best_predicted["budget"], "k": best_predicted["k"]},
+        }
+        if size == 1:
+            by_budget = {r["budget"]: c for r, c in zip(runs, cells, strict=True)}
+            mine = _prompt_arrays(by_budget[best["budget"]], best["k"])
+            batch["against_chosen"] = {
+                str(b): _intervals(mine, _prompt_arrays(c, best["k"]), resamples)
+                for b, c in by_budget.items()
+                if b != best["budget"]
+            }
+            batch["prompts"] = len(mine["tokens"])
+        batches.append(batch)
+    return {
+        "runs": [r["path"] for r in runs],
+        "budgets": [r["budget"] for r in runs],
+        "resamples": resamples,
+        "interval": "95% paired bootstrap over prompts (batch 1); one trained model per budget, "
+        "so neither training seeds nor timing noise between runs are sampled",
+        "batches": batches,
+    }
+
+
+def budgets_table(result: dict[str, Any]) -> str:
+    def f(value: Any, fmt: str = "{:.2f}") -> str:
+        return fmt.format(value) if value is not None else ""
+
+    out = [
+        "| batch | budget | k | acceptance | tokens/verify | draft pass | verify | predicted | "
+        "measured vs own full | own full, ms/step | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for batch in result["batches"]:
+        chosen = batch["chosen"]
+        for r in batch["rows"]:
+            mark = " (chosen)" if (r["budget"], r["k"]) == (chosen["budget"], chosen["k"]) else ""
+            out.append(
+                f"| {batch['batch_size']} | {r['budget']} | {r['k']}{mark} | "
+                f"{f(r['acceptance'])} | {f(r['tokens_per_verify'])} | {f(r['draft_pass'])} | "
+                f"{f(r['verify'])} | {f(r['predicted'], '{:.2f}x')} | "
+                f"{f(r['measured'], '{:.2f}x')} | {f(r['full_ms_per_step'])} | {r['exact']} |"
+            )
+    for batch in result["batches"]:
+        if "against_chosen" not in batch:
+            continue
+        c = batch["chosen"]
+        out += [
+            "",
+            f"Batch 1, {batch['prompts']} prompts: budget {c['budget']} (k = {c['k']}) against "
+            f"each other budget at k = {c['k']}; {result['interval']}.",
+            "",
+            "| against budget | tokens/verify difference [95%] | speedup difference [95%] |",
+            "|---|---|---|",
+        ]
+        for b, iv in batch["against_chosen"].items():
+            t, s = iv["tokens_per_verify"], iv["speedup"]
+            out.append(
+                f"| {b} | {t['difference']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}] | "
+                f"{s['difference']:+.3f} [{s['low']:+.3f}, {s['high']:+.3f}] |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("records", nargs="+", type=Path, help="bench_speculative records, one a budget")
+    p.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES)
+    p.add_argument("--out", type=Path, default=Path("results/bench"))
+    p.add_argument("--name", default="speculative-budgets")
+    args = p.parse_args(argv)
+    try:
+        result = choose_budgets([load_budget_run(r) for r in args.records], args.resamples)
+    except BudgetError as err:
+        p.error(str(err))
+    write_bench(args.out, args.name, result, budgets_table(result))
+
+
+if __name__ == "__main__":
+    main()

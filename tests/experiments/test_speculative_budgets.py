@@ -1,0 +1,122 @@
+"""The draft budget chosen from bench_speculative records of models trained per budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from skipdecode.experiments.speculative_budgets import (
+    BudgetError,
+    budgets_table,
+    choose_budgets,
+    load_budget_run,
+    main,
+)
+
+ARGS = {"workload": "e2e-test", "prompts": "3", "batch_sizes": "[1, 8]", "ks": "[2, 3]",
+        "new_tokens": "64", "draft_vocab": "4096", "repeats": "2", "compile": "True",
+        "dtype": "float32", "device": "cpu"}  # fmt: skip
+
+
+def _variant(full_s: list[float], spec_s: list[float], accepted: list[int], rounds: list[int]):
+    per_batch = [
+        {"decode_s": s, "steps": r, "tokens": a + r, "drafted": 2 * r, "accepted": a,
+         "row_rounds": r}
+        for s, a, r in zip(spec_s, accepted, rounds, strict=True)
+    ]  # fmt: skip
+    return {
+        "speedup_vs_full": sum(full_s) / sum(spec_s),
+        "acceptance_rate": sum(accepted) / (2 * sum(rounds)),
+        "tokens_per_verify": (sum(accepted) + sum(rounds)) / sum(rounds),
+        "identical_to_full": True,
+        "cost": {"draft_pass": 0.2, "verify_per_round": 1.5, "predicted_speedup": 1.0},
+        "per_batch": per_batch,
+    }
+
+
+def _record(tmp_path, budget, speed, accepted, **args):
+    """Batch 1 (three prompts) and batch 8 (one batch); ``speed`` scales k = 2's decode time."""
+    full_s = [1.0, 2.0, 3.0]
+    cells = []
+    for size, n in ((1, 3), (8, 1)):
+        full = full_s[:n]
+        variants = {
+            "skipdecode-full": {
+                "ms_per_step_of_full": 40.0,
+                "per_batch": [{"decode_s": s, "steps": 10, "tokens": 10} for s in full],
+            },
+            "speculative-k2": _variant(full, [s / speed for s in full], accepted[:n], [5] * n),
+            "speculative-k3": _variant(full, [s * 1.25 for s in full], accepted[:n], [5] * n),
+        }
+        cells.append({"batch_size": size, "variants": variants})
+    path = tmp_path / f"b{budget}.json"
+    record_args = {**ARGS, "draft_budget": str(budget), **args}
+    path.write_text(json.dumps({"args": record_args, "cells": cells}))
+    return path
+
+
+def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
+    runs = [
+        load_budget_run(_record(tmp_path, 6, 0.9, [1, 2, 3])),
+        load_budget_run(_record(tmp_path, 8, 1.2, [4, 5, 6])),
+        load_budget_run(_record(tmp_path, 10, 1.2, [4, 5, 6])),  # the same figures as 8
+    ]
+    result = choose_budgets(runs, resamples=200)
+    one, eight = result["batches"]
+    assert one["chosen"] == {"budget": 8, "k": 2}  # 1.2x; ties keep the smaller budget
+    assert [(r["budget"], r["k"]) for r in one["rows"]] == [
+        (6, 2), (6, 3), (8, 2), (8, 3), (10, 2), (10, 3)
+    ]  # fmt: skip
+    assert eight["chosen"]["budget"] == 8 and "against_chosen" not in eight
+    # identical per-prompt figures differ by exactly zero in every paired draw
+    same = one["against_chosen"]["10"]
+    for name in ("tokens_per_verify", "speedup"):
+        assert same[name] == {"difference": 0.0, "low": 0.0, "high": 0.0}
+    six = one["against_chosen"]["6"]
+    # pooled over all three prompts: (15 + 15) / 15 - (6 + 15) / 15 tokens per verify
+    assert six["tokens_per_verify"]["difference"] == pytest.approx(30 / 15 - 21 / 15)
+    assert six["speedup"]["difference"] == pytest.approx(1.2 - 0.9)
+    assert six["tokens_per_verify"]["low"] > 0 and six["speedup"]["low"] > 0
+    table = budgets_table(result)
+    assert "| 1 | 8 | 2 (chosen) |" in table and "| 6 | +0.600 [" in table
+    assert "| 1.20x | 40.00 | True |" in table  # measured, then the run's own full step
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"new_tokens": "32"}, "new_tokens='32' where"),
+        ({"compile": "False"}, "compile='False' where"),
+        ({"draft_budget": "6"}, r"draft budgets \[6, 6\]"),
+    ],
+)
+def test_runs_that_differ_in_more_than_the_budget_are_refused(tmp_path, change, message):
+    first = load_budget_run(_record(tmp_path, 6, 1.0, [1, 2, 3]))
+    (tmp_path / "other").mkdir()
+    other = load_budget_run(_record(tmp_path / "other", 8, 1.0, [1, 2, 3], **change))
+    with pytest.raises(BudgetError, match=message):
+        choose_budgets([first, other])
+
+
+def test_a_run_without_a_draft_budget_and_a_lone_run_are_refused(tmp_path, capsys):
+    path = _record(tmp_path, 6, 1.0, [1, 2, 3], draft_budget="None")
+    with pytest.raises(BudgetError, match="draft_budget='None'; allowed: a run with"):
+        load_budget_run(path)
+    lone = load_budget_run(_record(tmp_path, 8, 1.0, [1, 2, 3]))
+    with pytest.raises(BudgetError, match="1 run"):
+        choose_budgets([lone])
+    with pytest.raises(BudgetError, match="resamples=0"):
+        choose_budgets([lone, lone], resamples=0)
+    with pytest.raises(SystemExit) as err:
+        main([str(path), str(tmp_path / "b8.json"), f"--out={tmp_path}"])
+    assert err.value.code == 2 and "draft_budget='None'" in capsys.readouterr().err
+    assert not (tmp_path / "speculative-budgets.json").exists()
+
+
+def test_the_cli_writes_the_table_and_the_record(tmp_path):
+    paths = [_record(tmp_path, b, s, [2, 2, 2]) for b, s in ((6, 1.1), (8, 1.0))]
+    main([*map(str, paths), "--resamples=50", f"--out={tmp_path}", "--name=choice"])
+    result = json.loads((tmp_path / "choice.json").read_text())
+    assert result["budgets"] == [6, 8] and result["batches"][0]["chosen"]["budget"] == 6
+    assert (tmp_path / "choice.md").read_text() == budgets_table(result)
