@@ -35,34 +35,37 @@ def _variant(full_s: list[float], spec_s: list[float], accepted: list[int], roun
     }
 
 
-def _record(tmp_path, budget, speed, accepted, **args):
-    """Batch 1 (three prompts) and batch 8 (one batch); ``speed`` scales k = 2's decode time."""
+def _record(tmp_path, budget, speed, accepted, cpu="cpu", rounds=(5, 5, 5), k3=1.25, **args):
+    """Batch 1 (three prompts) and batch 8 (one batch); ``speed`` scales k = 2's decode time,
+    ``k3`` k = 3's (its speedup is 1 / k3)."""
     full_s = [1.0, 2.0, 3.0]
     cells = []
     for size, n in ((1, 3), (8, 1)):
-        full = full_s[:n]
+        full, r = full_s[:n], list(rounds[:n])
         variants = {
             "skipdecode-full": {
                 "ms_per_step_of_full": 40.0,
                 "per_batch": [{"decode_s": s, "steps": 10, "tokens": 10} for s in full],
             },
-            "speculative-k2": _variant(full, [s / speed for s in full], accepted[:n], [5] * n),
-            "speculative-k3": _variant(full, [s * 1.25 for s in full], accepted[:n], [5] * n),
+            "speculative-k2": _variant(full, [s / speed for s in full], accepted[:n], r),
+            "speculative-k3": _variant(full, [s * k3 for s in full], accepted[:n], r),
         }
-        cells.append({"batch_size": size, "variants": variants})
+        cells.append({"batch_size": size, "threads": 2, "variants": variants})
     path = tmp_path / f"b{budget}.json"
     record_args = {**ARGS, "draft_budget": str(budget), **args}
-    path.write_text(json.dumps({"args": record_args, "cells": cells}))
+    record = {"args": record_args, "cells": cells, "provenance": {"device": {"cpu": cpu}}}
+    path.write_text(json.dumps(record))
     return path
 
 
 def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
     runs = [
+        load_budget_run(_record(tmp_path, 10, 1.2, [4, 5, 6])),  # the same figures as 8
         load_budget_run(_record(tmp_path, 6, 0.9, [1, 2, 3])),
         load_budget_run(_record(tmp_path, 8, 1.2, [4, 5, 6])),
-        load_budget_run(_record(tmp_path, 10, 1.2, [4, 5, 6])),  # the same figures as 8
-    ]
+    ]  # given out of order: the result lists budgets in order
     result = choose_budgets(runs, resamples=200)
+    assert result["budgets"] == [6, 8, 10]
     one, eight = result["batches"]
     assert one["chosen"] == {"budget": 8, "k": 2}  # 1.2x; ties keep the smaller budget
     assert [(r["budget"], r["k"]) for r in one["rows"]] == [
@@ -72,14 +75,20 @@ def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
     # identical per-prompt figures differ by exactly zero in every paired draw
     same = one["against_chosen"]["10"]
     for name in ("tokens_per_verify", "speedup"):
-        assert same[name] == {"difference": 0.0, "low": 0.0, "high": 0.0}
+        assert {key: same[name][key] for key in ("difference", "low", "high")} == {
+            "difference": 0.0, "low": 0.0, "high": 0.0
+        }  # fmt: skip
     six = one["against_chosen"]["6"]
     # pooled over all three prompts: (15 + 15) / 15 - (6 + 15) / 15 tokens per verify
     assert six["tokens_per_verify"]["difference"] == pytest.approx(30 / 15 - 21 / 15)
     assert six["speedup"]["difference"] == pytest.approx(1.2 - 0.9)
     assert six["tokens_per_verify"]["low"] > 0 and six["speedup"]["low"] > 0
+    for iv in (six["tokens_per_verify"], six["speedup"]):
+        assert iv["low"] <= iv["difference"] <= iv["high"]
+    assert six["speedup"]["k"] == 2  # 6's own best k (0.9x against 0.8x at k = 3)
     table = budgets_table(result)
     assert "| 1 | 8 | 2 (chosen) |" in table and "| 6 | +0.600 [" in table
+    assert "(k = 2) |" in table
     assert "| 1.20x | 40.00 | True |" in table  # measured, then the run's own full step
 
 
@@ -120,3 +129,41 @@ def test_the_cli_writes_the_table_and_the_record(tmp_path):
     result = json.loads((tmp_path / "choice.json").read_text())
     assert result["budgets"] == [6, 8] and result["batches"][0]["chosen"]["budget"] == 6
     assert (tmp_path / "choice.md").read_text() == budgets_table(result)
+
+
+def test_measures_are_pooled_over_prompts_at_the_chosen_k_and_each_budgets_best_k(tmp_path):
+    """Tokens per verify pooled (not a mean of per-prompt ratios), compared at the chosen k;
+    speed against the other budget's own best k; the cost model's own pick recorded."""
+    # budget 8: k = 3 is its fastest (1 / 0.8 = 1.25x); budget 6: k = 2 (1.1x), k = 3 0.5x
+    fast = load_budget_run(_record(tmp_path, 8, 1.0, [6, 1, 1], rounds=(2, 5, 10), k3=0.8))
+    slow = load_budget_run(_record(tmp_path, 6, 1.1, [1, 1, 1], rounds=(5, 5, 5), k3=2.0))
+    fast["cells"][0]["variants"]["speculative-k2"]["cost"]["predicted_speedup"] = 2.0
+    result = choose_budgets([fast, slow], resamples=100)
+    one = result["batches"][0]
+    assert one["chosen"] == {"budget": 8, "k": 3}
+    assert one["chosen_by_cost_model"] == {"budget": 8, "k": 2}
+    six = one["against_chosen"]["6"]
+    # pooled: (8 + 17) / 17 - (3 + 15) / 15; a mean of per-prompt ratios would give another value
+    assert six["tokens_per_verify"]["difference"] == pytest.approx(25 / 17 - 18 / 15)
+    assert six["speedup"] == pytest.approx(
+        {"difference": 1.25 - 1.1, "low": six["speedup"]["low"], "high": six["speedup"]["high"],
+         "k": 2}
+    )  # fmt: skip
+
+
+def test_records_that_cannot_be_read_or_compared_are_refused(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(BudgetError, match="not a benchmark record"):
+        load_budget_run(broken)
+    old = _record(tmp_path, 6, 1.0, [1, 2, 3])
+    record = json.loads(old.read_text())
+    del record["cells"][0]["variants"]["speculative-k2"]["per_batch"]
+    old.write_text(json.dumps(record))
+    with pytest.raises(BudgetError, match="batch 1, speculative-k2 has no per_batch figures"):
+        load_budget_run(old)
+    here = load_budget_run(_record(tmp_path, 8, 1.0, [1, 2, 3]))
+    (tmp_path / "elsewhere").mkdir()
+    there = load_budget_run(_record(tmp_path / "elsewhere", 10, 1.0, [1, 2, 3], cpu="other"))
+    with pytest.raises(BudgetError, match=r"machine \(cpu, threads per batch size\)"):
+        choose_budgets([here, there])

@@ -8,15 +8,19 @@ predicts, ``tokens per round / (drafts x draft cost + verify + acceptance + book
 issue's objective, measured), and the measured speedup over the same model's own full decoding.
 The chosen setting per batch size is the highest measured speedup.
 
-At batch 1 every batch is one prompt, so the runs can be compared prompt by prompt: for the
-chosen budget against each other budget at the chosen k, the difference in tokens per verify
-and in speedup with a 95% paired bootstrap interval over prompts. Each budget is one trained
-model (one seed) timed once per repeat, so the interval samples prompts, neither training seeds
-nor timing noise between runs; each budget's model is its own fine-tune, so its output (its own
-full model's, token for token) differs between budgets and so does the text being drafted.
+At batch 1 every batch is one prompt, so the runs can be compared prompt by prompt, each with a
+95% paired bootstrap interval over prompts (the same draws for both runs): the chosen setting
+against each other budget's tokens per verify at the chosen k (they grow with k, so only the
+same k compares), and against each other budget's speedup at that budget's own best k. Each
+budget is one trained model (one seed) timed once per repeat, so the interval samples prompts,
+neither training seeds nor timing noise between runs, and it is computed on the data that chose
+the winner. Each budget's model is its own fine-tune, so its output (its own full model's, token
+for token) differs between budgets and so does the text being drafted. A prompt's time is its
+median over the repeats, so with more than two repeats the pooled speedup of the interval can
+differ slightly from the table's (the median of whole-workload times).
 
-    python -m skipdecode.experiments.speculative_budgets results/bench/speculative-budgets-b6.json \\
-        results/bench/speculative-budgets-b8.json results/bench/speculative-budgets-b10.json \\
+    python -m skipdecode.experiments.speculative_budgets \\
+        results/bench/speculative-budgets-b{6,8,10,12}.json \\
         --out results/bench --name speculative-budgets
 """
 
@@ -37,8 +41,8 @@ __all__ = ["BudgetError", "choose_budgets", "budgets_table", "load_budget_run", 
 
 #: bench_speculative arguments every compared run must share.
 SHARED_SETTINGS = (
-    "workload", "prompts", "batch_sizes", "ks", "new_tokens", "draft_vocab", "repeats",
-    "compile", "dtype", "device",
+    "workload", "prompts", "batch_sizes", "ks", "new_tokens", "draft_vocab", "draft_speedup",
+    "auto_off", "repeats", "compile", "dtype", "device",
 )  # fmt: skip
 
 
@@ -48,19 +52,34 @@ class BudgetError(ValueError):
 
 def load_budget_run(path: Path) -> dict[str, Any]:
     """A ``bench_speculative`` record run with ``--draft-budget b``: ``{"budget": b, "args",
-    "cells"}``."""
+    "cells", "machine"}``."""
     path = Path(path)
+    allowed = "allowed: a bench_speculative <name>.json with per-batch figures"
     if not path.is_file():
-        raise BudgetError(f"{path}: no such record; allowed: a bench_speculative <name>.json")
-    record = json.loads(path.read_text())
-    args = record.get("args", {})
+        raise BudgetError(f"{path}: no such record; {allowed}")
+    try:
+        record = json.loads(path.read_text())
+        args, cells = record["args"], record["cells"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise BudgetError(f"{path}: not a benchmark record ({err!r}); {allowed}") from None
     budget = args.get("draft_budget")
-    if budget in (None, "None"):
+    if not str(budget).isdigit():
         raise BudgetError(
             f"{path}: draft_budget={budget!r}; allowed: a run with --draft-budget b (a constant "
             "b-layer draft, on a model trained with it)"
         )
-    return {"path": str(path), "budget": int(budget), "args": args, "cells": record["cells"]}
+    for cell in cells:
+        for name, variant in cell["variants"].items():
+            if "per_batch" not in variant:
+                raise BudgetError(
+                    f"{path}: batch {cell['batch_size']}, {name} has no per_batch figures (a "
+                    f"record from before they were kept); {allowed}: rerun bench_speculative"
+                )
+    machine = (record.get("provenance") or {}).get("device", {}).get("cpu")
+    return {
+        "path": str(path), "budget": int(budget), "args": args, "cells": cells,
+        "machine": (machine, [c.get("threads") for c in cells]),
+    }  # fmt: skip
 
 
 def _check_comparable(runs: list[dict[str, Any]]) -> None:
@@ -71,6 +90,11 @@ def _check_comparable(runs: list[dict[str, Any]]) -> None:
         raise BudgetError(f"draft budgets {budgets}; allowed: each budget once")
     first = runs[0]
     for run in runs[1:]:
+        if run["machine"] != first["machine"]:
+            raise BudgetError(
+                f"{run['path']}: machine (cpu, threads per batch size) {run['machine']} where "
+                f"{first['path']} has {first['machine']}; allowed: runs timed on one machine"
+            )
         for name in SHARED_SETTINGS:
             mine, theirs = first["args"].get(name), run["args"].get(name)
             if mine != theirs:
@@ -121,20 +145,38 @@ def _measures(a: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarra
     }
 
 
-def _intervals(
-    chosen: dict[str, np.ndarray], other: dict[str, np.ndarray], resamples: int
+def _interval(
+    mine: dict[str, np.ndarray], other: dict[str, np.ndarray], name: str, draws: np.ndarray
+) -> dict[str, float]:
+    everything = np.arange(draws.shape[1])[None]
+    point = _measures(mine, everything)[name][0] - _measures(other, everything)[name][0]
+    low, high = np.percentile(
+        _measures(mine, draws)[name] - _measures(other, draws)[name], [2.5, 97.5]
+    )
+    return {"difference": float(point), "low": float(low), "high": float(high)}
+
+
+def _against(
+    cells: dict[int, dict[str, Any]], chosen: dict[str, int], best_k: dict[int, int], resamples: int
 ) -> dict[str, Any]:
-    n = len(chosen["tokens"])
-    if len(other["tokens"]) != n:
-        raise BudgetError(f"batch 1 holds {n} and {len(other['tokens'])} prompts; allowed: equal")
-    everything = np.arange(n)[None]
+    """Batch 1: the chosen (budget, k) against each other budget, paired over prompts."""
+    mine = _prompt_arrays(cells[chosen["budget"]], chosen["k"])
+    n = len(mine["tokens"])
     draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(resamples, n))
     out = {}
-    for name in ("tokens_per_verify", "speedup"):
-        point = _measures(chosen, everything)[name][0] - _measures(other, everything)[name][0]
-        diffs = _measures(chosen, draws)[name] - _measures(other, draws)[name]
-        low, high = np.percentile(diffs, [2.5, 97.5])
-        out[name] = {"difference": float(point), "low": float(low), "high": float(high)}
+    for budget, cell in cells.items():
+        if budget == chosen["budget"]:
+            continue
+        same_k, own_best = _prompt_arrays(cell, chosen["k"]), _prompt_arrays(cell, best_k[budget])
+        if len(same_k["tokens"]) != n:
+            raise BudgetError(
+                f"batch 1: budget {budget} holds {len(same_k['tokens'])} prompts, budget "
+                f"{chosen['budget']} {n}; allowed: the same prompts"
+            )
+        out[str(budget)] = {
+            "tokens_per_verify": _interval(mine, same_k, "tokens_per_verify", draws),
+            "speedup": {**_interval(mine, own_best, "speedup", draws), "k": best_k[budget]},
+        }
     return out
 
 
@@ -168,20 +210,22 @@ def choose_budgets(
         }
         if size == 1:
             by_budget = {r["budget"]: c for r, c in zip(runs, cells, strict=True)}
-            mine = _prompt_arrays(by_budget[best["budget"]], best["k"])
-            batch["against_chosen"] = {
-                str(b): _intervals(mine, _prompt_arrays(c, best["k"]), resamples)
-                for b, c in by_budget.items()
-                if b != best["budget"]
+            best_k = {
+                b: max((r for r in rows if r["budget"] == b), key=lambda r: r["measured"])["k"]
+                for b in by_budget
             }
-            batch["prompts"] = len(mine["tokens"])
+            batch["against_chosen"] = _against(by_budget, batch["chosen"], best_k, resamples)
+            batch["prompts"] = len(
+                by_budget[best["budget"]]["variants"]["skipdecode-full"]["per_batch"]
+            )
         batches.append(batch)
     return {
         "runs": [r["path"] for r in runs],
         "budgets": [r["budget"] for r in runs],
         "resamples": resamples,
         "interval": "95% paired bootstrap over prompts (batch 1); one trained model per budget, "
-        "so neither training seeds nor timing noise between runs are sampled",
+        "so neither training seeds nor timing noise between runs are sampled, and computed on "
+        "the data that chose the winner",
         "batches": batches,
     }
 
@@ -212,16 +256,18 @@ def budgets_table(result: dict[str, Any]) -> str:
         out += [
             "",
             f"Batch 1, {batch['prompts']} prompts: budget {c['budget']} (k = {c['k']}) against "
-            f"each other budget at k = {c['k']}; {result['interval']}.",
+            f"each other budget, tokens per verify at k = {c['k']}, speedup at that budget's own "
+            f"best k; {result['interval']}.",
             "",
-            "| against budget | tokens/verify difference [95%] | speedup difference [95%] |",
+            f"| against budget | tokens/verify difference at k = {c['k']} [95%] | "
+            "speedup difference [95%] (its best k) |",
             "|---|---|---|",
         ]
         for b, iv in batch["against_chosen"].items():
             t, s = iv["tokens_per_verify"], iv["speedup"]
             out.append(
                 f"| {b} | {t['difference']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}] | "
-                f"{s['difference']:+.3f} [{s['low']:+.3f}, {s['high']:+.3f}] |"
+                f"{s['difference']:+.3f} [{s['low']:+.3f}, {s['high']:+.3f}] (k = {s['k']}) |"
             )
     return "\n".join(out) + "\n"
 
