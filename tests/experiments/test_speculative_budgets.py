@@ -75,16 +75,16 @@ def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
     # identical per-prompt figures differ by exactly zero in every paired draw
     same = one["against_chosen"]["10"]
     for name in ("tokens_per_verify", "speedup"):
-        assert {key: same[name][key] for key in ("difference", "low", "high")} == {
-            "difference": 0.0, "low": 0.0, "high": 0.0
+        assert {key: same[name][key] for key in ("delta", "ci95_low", "ci95_high")} == {
+            "delta": 0.0, "ci95_low": 0.0, "ci95_high": 0.0
         }  # fmt: skip
     six = one["against_chosen"]["6"]
     # pooled over all three prompts: (15 + 15) / 15 - (6 + 15) / 15 tokens per verify
-    assert six["tokens_per_verify"]["difference"] == pytest.approx(30 / 15 - 21 / 15)
-    assert six["speedup"]["difference"] == pytest.approx(1.2 - 0.9)
-    assert six["tokens_per_verify"]["low"] > 0 and six["speedup"]["low"] > 0
+    assert six["tokens_per_verify"]["delta"] == pytest.approx(30 / 15 - 21 / 15)
+    assert six["speedup"]["delta"] == pytest.approx(1.2 - 0.9)
+    assert six["tokens_per_verify"]["ci95_low"] > 0 and six["speedup"]["ci95_low"] > 0
     for iv in (six["tokens_per_verify"], six["speedup"]):
-        assert iv["low"] <= iv["difference"] <= iv["high"]
+        assert iv["ci95_low"] <= iv["delta"] <= iv["ci95_high"]
     assert six["speedup"]["k"] == 2  # 6's own best k (0.9x against 0.8x at k = 3)
     table = budgets_table(result)
     assert "| 1 | 8 | 2 (chosen) |" in table and "| 6 | +0.600 [" in table
@@ -144,10 +144,10 @@ def test_measures_are_pooled_over_prompts_at_the_chosen_k_and_each_budgets_best_
     assert one["chosen_by_cost_model"] == {"budget": 8, "k": 2}
     six = one["against_chosen"]["6"]
     # pooled: (8 + 17) / 17 - (3 + 15) / 15; a mean of per-prompt ratios would give another value
-    assert six["tokens_per_verify"]["difference"] == pytest.approx(25 / 17 - 18 / 15)
+    assert six["tokens_per_verify"]["delta"] == pytest.approx(25 / 17 - 18 / 15)
     assert six["speedup"] == pytest.approx(
-        {"difference": 1.25 - 1.1, "low": six["speedup"]["low"], "high": six["speedup"]["high"],
-         "k": 2}
+        {"delta": 1.25 - 1.1, "ci95_low": six["speedup"]["ci95_low"],
+         "ci95_high": six["speedup"]["ci95_high"], "k": 2}
     )  # fmt: skip
 
 

@@ -46,7 +46,7 @@ import torch
 from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
-from .bench_tables import add_run_options, load_bench_model, write_bench
+from .bench_tables import add_run_options, cell_text, load_bench_model, write_bench
 from .bench_workloads import CHAT_PROMPTS, WORKLOADS, Workload, load_workload
 
 __all__ = ["CHAT_PROMPTS", "bench_speculative", "round_cost", "speculative_table", "main"]
@@ -259,15 +259,11 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
     for c in cells:
         for name, r in c["variants"].items():
             cost = r.get("cost") or {}
-
-            def f(value: Any, fmt: str = "{:.2f}") -> str:
-                return fmt.format(value) if value is not None else ""
-
             budgets = " ".join(
                 f"{b}:{v:.2f}" for b, v in (r.get("acceptance_by_budget") or {}).items()
                 if v is not None
             )  # fmt: skip
-            draft = f(cost.get("draft_pass"))
+            draft = cell_text(cost.get("draft_pass"))
             if cost.get("head_share_of_draft") is not None:
                 draft += f" ({cost['head_share_of_draft']:.0%})"
             other = None
@@ -280,11 +276,13 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
             out.append(
                 f"| {Path(c['model']).name} | {'compiled' if c.get('compiled') else 'eager'} | "
                 f"{c['batch_size']} | {label} | "
-                f"{f(r.get('acceptance_rate'))} | {budgets} | {f(r.get('tokens_per_verify'))} | "
-                f"{f(cost.get('drafts_per_round'))} | {draft} | "
-                f"{f(cost.get('verify_per_round'))} | {f(other)} | "
-                f"{f(cost.get('predicted_speedup'), '{:.2f}x')} | "
-                f"{f(r.get('speedup_vs_full'), '{:.2f}x')} | {f(r.get('ms_per_step_of_full'))} | "
+                f"{cell_text(r.get('acceptance_rate'))} | {budgets} | "
+                f"{cell_text(r.get('tokens_per_verify'))} | "
+                f"{cell_text(cost.get('drafts_per_round'))} | {draft} | "
+                f"{cell_text(cost.get('verify_per_round'))} | {cell_text(other)} | "
+                f"{cell_text(cost.get('predicted_speedup'), '{:.2f}x')} | "
+                f"{cell_text(r.get('speedup_vs_full'), '{:.2f}x')} | "
+                f"{cell_text(r.get('ms_per_step_of_full'))} | "
                 f"{r.get('identical_to_full', '')} |"
             )
     return "\n".join(out) + "\n"

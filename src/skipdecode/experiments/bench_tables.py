@@ -12,7 +12,7 @@ import torch
 from ..io import write_json_atomic
 from ..provenance import provenance
 
-__all__ = ["add_run_options", "decode_table", "train_table", "write_bench"]
+__all__ = ["add_run_options", "cell_text", "decode_table", "train_table", "write_bench"]
 
 
 def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
@@ -45,6 +45,11 @@ def load_bench_model(model_dir: Path | None, dtype: str, device: str) -> tuple[A
     ).to(device)
     model.eval()
     return model, AutoTokenizer.from_pretrained(path), Path(path)
+
+
+def cell_text(value: Any, fmt: str = "{:.2f}") -> str:
+    """A table cell: ``value`` formatted, or empty where there is none."""
+    return fmt.format(value) if value is not None else ""
 
 
 def write_bench(out: Path, stem: str, payload: dict[str, Any], table: str) -> None:

@@ -28,7 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.metrics.bootstrap import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+from ..evaluation.metrics.bootstrap import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    percentile_interval,
+)
 from ..io import read_jsonl
 from .bench_tables import write_bench
 from .spec_bench import TASKS, task_of, tokens_per_second
@@ -144,13 +148,13 @@ def _interval(base: QuestionStats, mine: QuestionStats, draws: np.ndarray) -> di
     drawn_base, drawn_mine = base.measures(draws), mine.measures(draws)
     out = {}
     for name in MEASURES:
-        low, high = np.percentile(drawn_mine[name] - drawn_base[name], [2.5, 97.5])
         out[name] = {
             "baseline": float(observed_base[name]),
             "system": float(observed_mine[name]),
-            "delta": float(observed_mine[name] - observed_base[name]),
-            "ci95_low": float(low),
-            "ci95_high": float(high),
+            **percentile_interval(
+                float(observed_mine[name] - observed_base[name]),
+                drawn_mine[name] - drawn_base[name],
+            ),
         }
     return out
 

@@ -34,8 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.metrics.bootstrap import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
-from .bench_tables import write_bench
+from ..evaluation.metrics.bootstrap import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    percentile_interval,
+)
+from .bench_tables import cell_text, write_bench
 
 __all__ = ["BudgetError", "choose_budgets", "budgets_table", "load_budget_run", "main"]
 
@@ -104,7 +108,9 @@ def _check_comparable(runs: list[dict[str, Any]]) -> None:
                 )
 
 
-def _row(budget: int, k: int, variant: dict[str, Any]) -> dict[str, Any]:
+def _row(budget: int, k: int, cell: dict[str, Any]) -> dict[str, Any]:
+    """One (budget, k) of one batch size's cell: its figures and its own full step's time."""
+    variant = cell["variants"][f"speculative-k{k}"]
     cost = variant.get("cost") or {}
     return {
         "budget": budget,
@@ -116,6 +122,7 @@ def _row(budget: int, k: int, variant: dict[str, Any]) -> dict[str, Any]:
         "predicted": cost.get("predicted_speedup"),
         "measured": variant["speedup_vs_full"],
         "exact": variant.get("identical_to_full"),
+        "full_ms_per_step": cell["variants"]["skipdecode-full"]["ms_per_step_of_full"],
     }
 
 
@@ -150,10 +157,8 @@ def _interval(
 ) -> dict[str, float]:
     everything = np.arange(draws.shape[1])[None]
     point = _measures(mine, everything)[name][0] - _measures(other, everything)[name][0]
-    low, high = np.percentile(
-        _measures(mine, draws)[name] - _measures(other, draws)[name], [2.5, 97.5]
-    )
-    return {"difference": float(point), "low": float(low), "high": float(high)}
+    drawn = _measures(mine, draws)[name] - _measures(other, draws)[name]
+    return percentile_interval(float(point), drawn)
 
 
 def _against(
@@ -184,7 +189,8 @@ def choose_budgets(
     runs: list[dict[str, Any]], resamples: int = BOOTSTRAP_RESAMPLES
 ) -> dict[str, Any]:
     """Per batch size every (budget, k), the chosen one (highest measured speedup), and at batch
-    1 the chosen budget against each other at the chosen k, with paired bootstrap intervals."""
+    1 the chosen setting against each other budget with paired bootstrap intervals: tokens per
+    verify at the chosen k, speedup at that budget's own best k."""
     if resamples < 1:
         raise BudgetError(f"resamples={resamples}; allowed: >= 1")
     _check_comparable(runs)
@@ -193,10 +199,7 @@ def choose_budgets(
     for cells in zip(*(r["cells"] for r in runs), strict=True):
         size = cells[0]["batch_size"]
         rows = [
-            {
-                **_row(run["budget"], k, cell["variants"][f"speculative-k{k}"]),
-                "full_ms_per_step": cell["variants"]["skipdecode-full"]["ms_per_step_of_full"],
-            }
+            _row(run["budget"], k, cell)
             for run, cell in zip(runs, cells, strict=True)
             for k in _ks(cell)
         ]
@@ -231,9 +234,6 @@ def choose_budgets(
 
 
 def budgets_table(result: dict[str, Any]) -> str:
-    def f(value: Any, fmt: str = "{:.2f}") -> str:
-        return fmt.format(value) if value is not None else ""
-
     out = [
         "| batch | budget | k | acceptance | tokens/verify | draft pass | verify | predicted | "
         "measured vs own full | own full, ms/step | exact |",
@@ -245,9 +245,10 @@ def budgets_table(result: dict[str, Any]) -> str:
             mark = " (chosen)" if (r["budget"], r["k"]) == (chosen["budget"], chosen["k"]) else ""
             out.append(
                 f"| {batch['batch_size']} | {r['budget']} | {r['k']}{mark} | "
-                f"{f(r['acceptance'])} | {f(r['tokens_per_verify'])} | {f(r['draft_pass'])} | "
-                f"{f(r['verify'])} | {f(r['predicted'], '{:.2f}x')} | "
-                f"{f(r['measured'], '{:.2f}x')} | {f(r['full_ms_per_step'])} | {r['exact']} |"
+                f"{cell_text(r['acceptance'])} | {cell_text(r['tokens_per_verify'])} | "
+                f"{cell_text(r['draft_pass'])} | {cell_text(r['verify'])} | "
+                f"{cell_text(r['predicted'], '{:.2f}x')} | {cell_text(r['measured'], '{:.2f}x')} | "
+                f"{cell_text(r['full_ms_per_step'])} | {r['exact']} |"
             )
     for batch in result["batches"]:
         if "against_chosen" not in batch:
@@ -266,8 +267,8 @@ def budgets_table(result: dict[str, Any]) -> str:
         for b, iv in batch["against_chosen"].items():
             t, s = iv["tokens_per_verify"], iv["speedup"]
             out.append(
-                f"| {b} | {t['difference']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}] | "
-                f"{s['difference']:+.3f} [{s['low']:+.3f}, {s['high']:+.3f}] (k = {s['k']}) |"
+                f"| {b} | {t['delta']:+.3f} [{t['ci95_low']:+.3f}, {t['ci95_high']:+.3f}] | "
+                f"{s['delta']:+.3f} [{s['ci95_low']:+.3f}, {s['ci95_high']:+.3f}] (k = {s['k']}) |"
             )
     return "\n".join(out) + "\n"
 

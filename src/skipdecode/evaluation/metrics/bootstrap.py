@@ -32,7 +32,10 @@ import numpy as np
 from .bleu_stats import bleu_statistics
 from .references import MetricSettingError, normalize_references
 
-__all__ = ["SystemPair", "paired_bootstrap", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED"]
+__all__ = [
+    "SystemPair", "paired_bootstrap", "percentile_interval", "BOOTSTRAP_RESAMPLES",
+    "BOOTSTRAP_SEED",
+]  # fmt: skip
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 12345  # sacrebleu's default seed for its bootstrap
@@ -49,7 +52,8 @@ class SystemPair:
     baseline_scores: Mapping[str, Sequence[float]]
 
 
-def _interval(observed: float, draws: np.ndarray) -> dict[str, float]:
+def percentile_interval(observed: float, draws: np.ndarray) -> dict[str, float]:
+    """``observed`` with the 2.5th and 97.5th percentiles of its bootstrap ``draws``."""
     low, high = np.percentile(draws, [2.5, 97.5])
     return {"delta": float(observed), "ci95_low": float(low), "ci95_high": float(high)}
 
@@ -106,7 +110,7 @@ def paired_bootstrap(
                 - metric._compute_score_from_stats(b.tolist()).score
                 for a, b in zip(sys_draws, base_draws, strict=True)
             ]
-        out["bleu"] = _interval(observed / S, (per_seed * weights).sum(1))
+        out["bleu"] = percentile_interval(observed / S, (per_seed * weights).sum(1))
     for name in metrics:
         if name == "bleu":
             continue
@@ -124,7 +128,7 @@ def paired_bootstrap(
                 f"paired_bootstrap: per-input {name} scores must have {n} values"
             )
         per_seed = diffs[:, idx].mean(2).T  # (resamples, S): each seed on each draw's inputs
-        out[name] = _interval(float(diffs.mean()), (per_seed * weights).sum(1))
+        out[name] = percentile_interval(float(diffs.mean()), (per_seed * weights).sum(1))
     out["settings"] = {
         "resamples": resamples,
         "seed": seed,
