@@ -184,6 +184,8 @@ bench-speculative-e2e: $(STAMP) ## Lossless mode on its E2E-trained SmolLM2 (spe
 # (the joint recipe of reproduce-cpu's speculative_b8 cell, seed 1; an existing export is kept),
 # each model benchmarked with its own budget on the same E2E test inputs, then side by side.
 SPEC_BUDGETS := 6 8 10 12
+# A training run's record, as results keep it beside a benchmark: $(call training_record,<run dir>)
+training_record = $(addprefix $(1)/,csv/metrics.csv run_info.json config_resolved.yaml)
 SPEC_BUDGETS_RUN := outputs/speculative_budgets
 speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 trained on E2E with a constant 6/8/10/12-layer draft (joint, seed 1), each timed with its budget (16 E2E test inputs, compiled, batch 1/8/32, k 2/3/4) -> results/bench/speculative-budgets
 	@for b in $(SPEC_BUDGETS); do \
@@ -197,8 +199,8 @@ speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 tr
 			--draft-vocab 4096 --new-tokens 64 --repeats 2 --compile \
 			--out results/bench --name speculative-budgets-b$$b $(ARGS) || exit 1; \
 		mkdir -p results/bench/speculative-budgets-b$$b/training && \
-		cp $(SPEC_BUDGETS_RUN)/b$$b/train/csv/metrics.csv $(SPEC_BUDGETS_RUN)/b$$b/train/run_info.json \
-			$(SPEC_BUDGETS_RUN)/b$$b/train/config_resolved.yaml results/bench/speculative-budgets-b$$b/training/ || exit 1; \
+		cp $(call training_record,$(SPEC_BUDGETS_RUN)/b$$b/train) \
+			results/bench/speculative-budgets-b$$b/training/ || exit 1; \
 	done
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
 		$(foreach b,$(SPEC_BUDGETS),results/bench/speculative-budgets-b$(b).json) \
@@ -220,8 +222,7 @@ spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_RUN)/train/export \
 		--ks 2 3 --auto-off --out results/bench --name spec-bench-b8-finetuned $(ARGS)
 	mkdir -p results/bench/spec-bench-b8-finetuned/training
-	cp $(SPEC_BENCH_RUN)/train/csv/metrics.csv $(SPEC_BENCH_RUN)/train/run_info.json \
-		$(SPEC_BENCH_RUN)/train/config_resolved.yaml $(SPEC_BENCH_DATA)/distill.json \
+	cp $(call training_record,$(SPEC_BENCH_RUN)/train) $(SPEC_BENCH_DATA)/distill.json \
 		results/bench/spec-bench-b8-finetuned/training/
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) \
 		--ks 2 --out results/bench --name spec-bench-b8-base $(ARGS)
@@ -239,8 +240,7 @@ spec-bench-variant: $(STAMP) smollm2 ## A variant of the general fine-tune (VARI
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_VARIANT_RUN)/train/export \
 		--ks 2 --out results/bench --name spec-bench-b8-finetuned-$(VARIANT) $(ARGS)
 	mkdir -p $(SPEC_BENCH_VARIANT_OUT)/training
-	cp $(SPEC_BENCH_VARIANT_RUN)/train/csv/metrics.csv $(SPEC_BENCH_VARIANT_RUN)/train/run_info.json \
-		$(SPEC_BENCH_VARIANT_RUN)/train/config_resolved.yaml $(SPEC_BENCH_VARIANT_OUT)/training/
+	cp $(call training_record,$(SPEC_BENCH_VARIANT_RUN)/train) $(SPEC_BENCH_VARIANT_OUT)/training/
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-base \
 		$(SPEC_BENCH_VARIANT_OUT) --method speculative-k2 --labels base "fine-tuned $(VARIANT)" \
 		--out results/bench --name spec-bench-b8-compare-$(VARIANT)
