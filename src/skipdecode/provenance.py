@@ -6,6 +6,7 @@ Recorded in every evaluation record and benchmark result.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import importlib.metadata as md
 import os
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "provenance"]
+__all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "cpu_model", "provenance"]
 
 #: A dirty checkout's diff is kept whole in the record up to this size (else its sha256 only).
 MAX_DIFF_CHARS = 200_000
@@ -87,7 +88,9 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     return info
 
 
-def _cpu_model() -> str | None:
+@functools.cache
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo, sysctl on macOS), or None where unknown."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -122,7 +125,7 @@ def _versions(names: Iterable[str]) -> dict[str, str | None]:
 
 
 def _device_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"cpu": _cpu_model(), "cpu_count": os.cpu_count()}
+    info: dict[str, Any] = {"cpu": cpu_model(), "cpu_count": os.cpu_count()}
     try:
         import torch
     except ImportError:

@@ -14,9 +14,17 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_models import PAD, left_padded_batch, tiny_family, tiny_llama, tiny_opt
+from torch import nn
 from torch._dynamo.utils import counters
 
-from skipdecode.core.compiled import SmallBatchMatmul, bucketed_capacity
+from skipdecode.core.compiled import (
+    SMALL_ROWS,
+    CompiledLayers,
+    MatmulForms,
+    SmallBatchMatmul,
+    bucketed_capacity,
+    time_gemm_forms,
+)
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.subset_head import frequency_ranked_vocab
 from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
@@ -125,35 +133,123 @@ def _linear_graph(rows: int, dtype: torch.dtype = torch.float32, bias: bool = Fa
     return graph, (x, w, b)
 
 
+class _Clock:
+    """A stand-in for the GEMM timer: fixed seconds per form, and a log of the shapes timed."""
+
+    def __init__(self, weight_right: float, weight_left: float):
+        self.seconds = {"weight-right": weight_right, "weight-left": weight_left}
+        self.timed: list[tuple] = []
+        self.compiling: list[bool] = []  # whether each was timed inside a compile
+
+    def __call__(self, device, dtype, rows, out_features, in_features):
+        self.timed.append((device.type, dtype, rows, out_features, in_features))
+        self.compiling.append(torch._guards.TracingContext.try_get() is not None)
+        return dict(self.seconds)
+
+
+def _mm_nodes(graph):
+    return [n for n in graph.nodes if n.target is torch.ops.aten.mm.default]
+
+
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("rows", [1, 4])
-def test_small_batch_matmul_rewrites_products_and_keeps_them(rows, bias):
-    graph, (x, w, b) = _linear_graph(rows, bias=bias)
-    SmallBatchMatmul()(graph)
-    ops = {n.target for n in graph.nodes if n.op == "call_function"}
+@pytest.mark.parametrize("faster", ["weight-left", "weight-right"])
+def test_small_batch_matmul_writes_the_faster_form_and_keeps_the_product(faster, bias):
+    graph, (x, w, b) = _linear_graph(4, bias=bias)
+    clock = _Clock(1.0, 2.0) if faster == "weight-right" else _Clock(2.0, 1.0)
+    forms = MatmulForms(clock)
+    SmallBatchMatmul(forms)(graph)
+    assert clock.timed == [("cpu", torch.float32, 4, 40, 16)]
     aten = torch.ops.aten
-    assert aten.addmm.default not in ops
-    if rows == 1:  # one float32 row: a reduction, no GEMM
-        assert aten.sum.dim_IntList in ops and aten.mm.default not in ops
-    else:  # the weight is the GEMM's left operand
-        (mm,) = [n for n in graph.nodes if n.target is aten.mm.default]
-        assert mm.args[0].name == "w"
+    (product,) = [n for n in graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    kept = faster == "weight-right"  # as written: mm(x, W.T), or addmm(b, x, W.T)
+    assert product.target is (aten.addmm.default if kept and bias else aten.mm.default)
+    assert product.args[1 if kept and bias else 0].name == ("x" if kept else "w")
     out = torch.fx.GraphModule(torch.nn.Module(), graph)(x, w, b)
-    assert out.shape == (rows, 40)
+    assert out.shape == (4, 40)
     torch.testing.assert_close(out, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-5)
+    (row,) = forms.table()
+    assert row["form"] == faster and (row["rows"], row["out_features"], row["in_features"]) == (
+        4,
+        40,
+        16,
+    )
+    assert row["weight-right_us"] == clock.seconds["weight-right"] * 1e6
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_small_batch_matmul_writes_one_float32_row_as_a_reduction_untimed(bias):
+    graph, (x, w, b) = _linear_graph(1, bias=bias)
+    clock = _Clock(1.0, 2.0)
+    SmallBatchMatmul(MatmulForms(clock))(graph)
+    ops = {n.target for n in graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.sum.dim_IntList in ops and not _mm_nodes(graph) and not clock.timed
+    out = torch.fx.GraphModule(torch.nn.Module(), graph)(x, w, b)
+    torch.testing.assert_close(out, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_forms_times_each_shape_once_and_refuses_a_wrong_clock():
+    clock = _Clock(2.0, 1.0)
+    forms = MatmulForms(clock)
+    for rows in (3, 3, 5):
+        graph, _ = _linear_graph(rows)
+        SmallBatchMatmul(forms)(graph)
+    assert [t[2] for t in clock.timed] == [3, 5]
+    assert [row["rows"] for row in forms.table()] == [3, 5]
+    graph, _ = _linear_graph(2)
+    with pytest.raises(ValueError, match="weight-left"):
+        SmallBatchMatmul(MatmulForms(lambda *shape: {"weight-right": 1.0}))(graph)
+
+
+def test_small_batch_matmul_leaves_many_rows_alone():
+    graph, _ = _linear_graph(SMALL_ROWS + 1)
+    clock = _Clock(2.0, 1.0)
+    SmallBatchMatmul(MatmulForms(clock))(graph)
+    (mm,) = _mm_nodes(graph)
+    assert mm.args[0].name == "x" and not clock.timed
+
+
+def test_compiled_path_times_its_products_before_compiling_and_keeps_the_output(models):
+    """Each new shape's products are timed before its graph compiles (``prepare``): every
+    linear layer's and the head's, at the step's rows; with the other form chosen (a clock
+    that favours weight-left) the output stays the eager path's."""
+    model = models["llama"]
+    ids, mask = left_padded_batch([5, 9], seed=6)
+    clock = _Clock(2.0, 1.0)
+    decoder = SkipDecoder(model, compile=True)
+    decoder.compiled = CompiledLayers(decoder.adapter, forms=MatmulForms(clock))
+    kw = dict(eos_token_id=[], pad_token_id=PAD, return_logits=True)
+    out = decoder.generate(ids, FullSchedule(6), NEW, mask, **kw)
+    ref = SkipDecoder(model).generate(ids, FullSchedule(6), NEW, mask, **kw)
+    assert torch.equal(out.sequences, ref.sequences)
+    _close(out.step_logits, ref.step_logits)
+    linear = {m.weight.shape for m in model.model.layers[0].modules() if isinstance(m, nn.Linear)}
+    expected = {(2, *shape) for shape in linear | {model.lm_head.weight.shape}}
+    assert {timed[2:] for timed in clock.timed} == expected
+    assert len(clock.timed) == len(expected)  # once per shape
+    assert not any(clock.compiling)  # before the graphs compiled, not inside the pass
+    assert {row["form"] for row in decoder.compiled.forms.table()} == {"weight-left"}
+
+
+def test_gemm_forms_are_timed_on_real_tensors():
+    seconds = time_gemm_forms(torch.device("cpu"), torch.float32, 3, 40, 16)
+    assert set(seconds) == {"weight-right", "weight-left"}
+    assert all(0 < s < 1 for s in seconds.values())
 
 
 def test_small_batch_matmul_leaves_a_product_without_shapes_alone():
     graph, _ = _linear_graph(1)
     next(iter(graph.nodes)).meta.pop("val")  # x's shape unknown
-    SmallBatchMatmul()(graph)
-    assert torch.ops.aten.mm.default in {n.target for n in graph.nodes}
+    clock = _Clock(2.0, 1.0)
+    SmallBatchMatmul(MatmulForms(clock))(graph)
+    assert _mm_nodes(graph) and not clock.timed
 
 
-def test_small_batch_matmul_keeps_a_gemm_for_one_bfloat16_row():
+def test_small_batch_matmul_times_the_gemm_of_one_bfloat16_row():
     graph, _ = _linear_graph(1, torch.bfloat16)
-    SmallBatchMatmul()(graph)
-    assert torch.ops.aten.mm.default in {n.target for n in graph.nodes}
+    clock = _Clock(2.0, 1.0)
+    SmallBatchMatmul(MatmulForms(clock))(graph)
+    (mm,) = _mm_nodes(graph)
+    assert mm.args[0].name == "w" and clock.timed == [("cpu", torch.bfloat16, 1, 40, 16)]
 
 
 def test_compiled_speculative_is_the_full_models_output(models):

@@ -147,6 +147,12 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
     result = json.loads((tmp_path / "spec.json").read_text())
     (cell,) = result["cells"]
     assert cell["compiled"] is compile and (cell["compile_s"] is not None) is compile
+    if compile:  # the forms of the plain step's 2 rows and the verify pass's 2 x (k + 1)
+        forms = cell["matmul_forms"]
+        assert {2, 6} <= {f["rows"] for f in forms}
+        assert {f["form"] for f in forms} <= {"weight-right", "weight-left"}
+    else:
+        assert cell["matmul_forms"] is None
     assert cell["batches"] == 2 and cell["stop_at_eos"] is True  # 3 prompts in batches of 2
     rows = cell["variants"]
     assert set(rows) == {

@@ -17,17 +17,21 @@ its own static graph (``dynamic=False``: on a CPU the dynamic-shape graphs ran s
 eager path at batch 32). An evaluation's batches share one size but the last, so it compiles a
 few graphs. Per-layer lengths and the gap check stay in Python, outside the graph.
 
-Small-batch matrix products: a linear layer computes ``x @ W.T`` with ``x`` of ``B`` rows; for
-the few rows of a decode step the CPU's GEMM is much slower with the weight as the transposed
-right operand than as the left one (the SmolLM2 head at batch 8: 23 ms against 9 ms for
-``(W @ x.T).T``, the same arithmetic). A post-grad pass (:class:`SmallBatchMatmul`) rewrites
-every ``mm(x, W.T)`` with at most :data:`LEFT_WEIGHT_ROWS` rows in the compiled graphs that way.
+Small-batch matrix products: a linear layer computes ``x @ W.T`` with ``x`` of ``B`` rows, and
+for the few rows of a decode step which GEMM form runs fastest depends on the machine's BLAS.
+With the weight as the transposed right operand (``x @ W.T``, "weight-right") or as the left
+one (``(W @ x.T).T``, "weight-left"), the same arithmetic: on a 2-core AMD EPYC weight-left was
+much faster (the SmolLM2 head at batch 8: 9 ms against 23 ms), on a 2-core Intel Xeon
+weight-right is, 3-4x at 2-5 rows (the MLP's up projection at 3 rows: 62 against 177 us), while
+at 16 rows weight-left wins again. So a post-grad pass (:class:`SmallBatchMatmul`) times both
+forms of every ``mm(x, W.T)`` with at most :data:`SMALL_ROWS` rows once per shape on this
+machine (:class:`MatmulForms`, in the compile time, never in decoding) and writes the faster.
 A single float32 row on a CPU goes further: the BLAS matrix-vector product runs on one thread
-(the SmolLM2 head at batch 1: 9.2 ms, under half the speed of the bandwidth floor), so the
-pass writes it as ``(x * W).sum(-1)``, which inductor compiles into one reduction over ``W``
-split across the threads (5.0 ms; ``results/bench/decode-smollm2-cpu-compiled.md``). The
-products are the same; the order of the sum differs, which the logit tolerance covers. With two rows or more that
-reduction would read ``W`` once per row, so it stays a GEMM.
+(the SmolLM2 head at batch 1 on the AMD EPYC: 9.2 ms, under half the speed of the bandwidth
+floor), so the pass writes it as ``(x * W).sum(-1)``, which inductor compiles into one reduction
+over ``W`` split across the threads (5.0 ms; ``results/bench/decode-smollm2-cpu-compiled.md``).
+The products are the same; the order of the sum differs, which the logit tolerance covers. With
+two rows or more that reduction would read ``W`` once per row, so it stays a GEMM.
 
 Exactness: the compiled step computes the same operations (inductor may fuse and reorder
 floating-point arithmetic); masked columns contribute exactly zero to the softmax. The tests
@@ -40,15 +44,17 @@ path.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
+from ..provenance import cpu_model
 from .adapters import DecoderAdapter
 from .cache import StaticKVCache
+from .clock import now
 
 _aten = torch.ops.aten
 
@@ -57,6 +63,8 @@ __all__ = [
     "COMPILE_MODES",
     "CompiledLayers",
     "CompileTime",
+    "MATMUL_FORMS",
+    "MatmulForms",
     "SmallBatchMatmul",
     "bucketed_capacity",
 ]
@@ -64,14 +72,111 @@ __all__ = [
 CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 RECOMPILE_LIMIT = 256
-LEFT_WEIGHT_ROWS = 64  # mm(x, W.T) with at most this many rows becomes (W @ x.T).T
+SMALL_ROWS = 64  # mm(x, W.T) with at most this many rows: the faster GEMM form, by timing
+GEMM_FORMS = ("weight-right", "weight-left")  # x @ W.T as written, and (W @ x.T).T
+
+
+def time_gemm_forms(
+    device: torch.device, dtype: torch.dtype, rows: int, out_features: int, in_features: int
+) -> dict[str, float]:
+    """Seconds per call of each of :data:`GEMM_FORMS` for ``x`` ``(rows, in_features)`` and
+    ``W`` ``(out_features, in_features)`` on ``device``: the fastest of five rounds, the forms
+    alternating, each round long enough (about 2 ms) to read the clock well."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.no_grad():  # real tensors inside a compile
+        weight = torch.randn(out_features, in_features, dtype=dtype, device=device)
+        x = torch.randn(rows, in_features, dtype=dtype, device=device)
+        forms = {
+            "weight-right": lambda: torch.mm(x, weight.t()),
+            "weight-left": lambda: torch.mm(weight, x.t()).t(),
+        }
+        calls = {}
+        for form, fn in forms.items():  # warm up, and size a round
+            fn()
+            start = now(device)
+            fn()
+            calls[form] = max(1, min(1000, int(2e-3 / max(now(device) - start, 1e-7))))
+        best = dict.fromkeys(forms, float("inf"))
+        for _ in range(5):
+            for form, fn in forms.items():
+                start = now(device)
+                for _ in range(calls[form]):
+                    fn()
+                best[form] = min(best[form], (now(device) - start) / calls[form])
+    return best
+
+
+class MatmulForms:
+    """The GEMM form of each small-row product ``x @ W.T``, chosen by timing (``clock``, by
+    default :func:`time_gemm_forms`) once per device, dtype and shape; :meth:`table` lists the
+    choices with their times, for a benchmark's record."""
+
+    def __init__(self, clock: Callable[..., dict[str, float]] = time_gemm_forms):
+        self.clock = clock
+        self.chosen: dict[tuple, tuple[str, dict[str, float]]] = {}
+
+    def form(
+        self,
+        device: torch.device,
+        dtype: torch.dtype,
+        rows: int,
+        out_features: int,
+        in_features: int,
+    ) -> str:
+        """The faster of :data:`GEMM_FORMS` for this product (timed on its first request)."""
+        key = (device.type, str(dtype).removeprefix("torch."), rows, out_features, in_features)
+        if key not in self.chosen:
+            seconds = self.clock(device, dtype, rows, out_features, in_features)
+            unknown = set(seconds) ^ set(GEMM_FORMS)
+            if unknown:
+                raise ValueError(f"a clock must time exactly {GEMM_FORMS}, not {sorted(seconds)}")
+            self.chosen[key] = (min(GEMM_FORMS, key=seconds.__getitem__), seconds)
+        return self.chosen[key][0]
+
+    def prepare(self, rows: int, weights: Sequence[torch.Tensor]) -> None:
+        """Time, now, the products of ``rows`` rows with each of ``weights`` that the pass will
+        ask about: before a graph compiles, so that inductor's compile workers are idle (timed
+        inside the pass, a product measured up to 4x slower while they ran)."""
+        for weight in weights:
+            if rows <= SMALL_ROWS and not _reduction(rows, weight):
+                self.form(weight.device, weight.dtype, rows, *weight.shape)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per timed product: its shape, the chosen form and microseconds per form."""
+        return [
+            {
+                "device": device,
+                "dtype": dtype,
+                "rows": rows,
+                "out_features": out_features,
+                "in_features": in_features,
+                "form": form,
+                **{f"{name}_us": round(s * 1e6, 2) for name, s in seconds.items()},
+            }
+            for (device, dtype, rows, out_features, in_features), (form, seconds) in sorted(
+                self.chosen.items()
+            )
+        ]
+
+
+def _reduction(rows: int, weight: torch.Tensor) -> bool:
+    """Whether the pass writes the product as a reduction (one float32 row on a CPU)."""
+    return rows == 1 and weight.device.type == "cpu" and weight.dtype == torch.float32
+
+
+MATMUL_FORMS = MatmulForms()  # this process's choices, shared by every compiled graph
 
 
 class SmallBatchMatmul(CustomGraphPass):
     """Inductor post-grad pass: ``mm(x, permute(W, [1, 0]))`` (and ``addmm(b, x, W.T)``) with
-    at most :data:`LEFT_WEIGHT_ROWS` static rows becomes ``permute(mm(W, x.T), [1, 0])`` (+ b):
-    the same products and sums, with the weight as the GEMM's left operand. One float32 row on
-    a CPU becomes ``sum(x * W, -1)`` (+ b): a reduction inductor parallelises."""
+    at most :data:`SMALL_ROWS` static rows runs in the GEMM form ``forms`` times as faster on
+    this machine: as written, or ``permute(mm(W, x.T), [1, 0])`` (+ b), the same products and
+    sums with the weight as the left operand. One float32 row on a CPU becomes
+    ``sum(x * W, -1)`` (+ b): a reduction inductor parallelises."""
+
+    def __init__(self, forms: MatmulForms = MATMUL_FORMS):
+        self.forms = forms
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         for node in list(graph.nodes):
@@ -90,11 +195,19 @@ class SmallBatchMatmul(CustomGraphPass):
             ):
                 continue
             val = x.meta.get("val")
+            weight = wt.args[0].meta.get("val") if isinstance(wt.args[0], torch.fx.Node) else None
             rows = getattr(val, "shape", (None,))[0]
-            if not isinstance(rows, int) or rows > LEFT_WEIGHT_ROWS:
+            if not isinstance(rows, int) or rows > SMALL_ROWS or weight is None:
+                continue
+            out_features, in_features = weight.shape
+            if _reduction(rows, val):
+                form = "reduction"
+            else:
+                form = self.forms.form(val.device, val.dtype, rows, out_features, in_features)
+            if form == "weight-right":
                 continue
             with graph.inserting_before(node):
-                if rows == 1 and val.device.type == "cpu" and val.dtype == torch.float32:
+                if form == "reduction":
                     products = graph.call_function(_aten.mul.Tensor, (x, wt.args[0]))
                     row = graph.call_function(_aten.sum.dim_IntList, (products, [1]))
                     out = graph.call_function(_aten.unsqueeze.default, (row, 0))
@@ -108,7 +221,11 @@ class SmallBatchMatmul(CustomGraphPass):
             graph.erase_node(node)
 
     def uuid(self) -> bytes:
-        return get_hash_for_files((__file__,))
+        """Inductor's cache key for the pass: its source, the machine and the forms chosen so
+        far (timed before the graph compiles, :meth:`MatmulForms.prepare`), so that a graph
+        from inductor's cache was written with the forms this process chose."""
+        chosen = sorted((key, form) for key, (form, _) in self.forms.chosen.items())
+        return get_hash_for_files((__file__,)) + repr((cpu_model(), chosen)).encode()
 
 
 def bucketed_capacity(capacity: int) -> int:
@@ -158,11 +275,14 @@ class CompiledLayers:
     """The compiled layer step and head of one model (built once per decoder, reused by every
     ``generate`` call); ``compile_seconds`` adds up the calls that compiled."""
 
-    def __init__(self, adapter: DecoderAdapter, mode: str = "default"):
+    def __init__(
+        self, adapter: DecoderAdapter, mode: str = "default", forms: MatmulForms = MATMUL_FORMS
+    ):
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile mode {mode!r} is not allowed: choose one of {COMPILE_MODES}")
         self.adapter = adapter
         self.mode = mode
+        self.forms = forms  # the GEMM forms the graphs were written with (timed per shape)
         # Dynamo keeps compiled graphs per code object: every model in a process (each layer
         # kind, batch, positions and capacity) adds entries to _layer_step's, and past the limit
         # it would silently run eager. A process that decodes several models, or the lossless
@@ -172,7 +292,7 @@ class CompiledLayers:
         # torch.compile takes a mode or options: the mode's own options, plus the pass
         from torch._inductor import list_mode_options
 
-        options = {**list_mode_options(mode), "post_grad_custom_post_pass": SmallBatchMatmul()}
+        options = {**list_mode_options(mode), "post_grad_custom_post_pass": SmallBatchMatmul(forms)}
         self._layer = torch.compile(_layer_step, dynamic=False, options=options)
         self._head = torch.compile(adapter.head, dynamic=False, options=options)
         self._subset_head = torch.compile(_subset_logits, dynamic=False, options=options)
@@ -181,11 +301,13 @@ class CompiledLayers:
         self._seen: set[tuple] = set()
         self.compile_seconds = 0.0
 
-    def _first(self, key: tuple, fn, *args):
-        """The first call for ``key`` (a layer kind or the head, and the shapes): it compiles,
-        and its time goes to ``compile_seconds`` (the compile dominates it), never to decoding.
-        Later calls with the same key run without this bookkeeping."""
+    def _first(self, key: tuple, rows: int, weights: Sequence[torch.Tensor], fn, *args):
+        """The first call for ``key`` (a layer kind or the head, and the shapes): the GEMM forms
+        of its ``rows``-row products with ``weights`` are timed, then it compiles; the time goes
+        to ``compile_seconds`` (the compile dominates it), never to decoding. Later calls with
+        the same key run without this bookkeeping."""
         start = time.perf_counter()
+        self.forms.prepare(rows, weights)
         out = fn(*args)
         if out.is_cuda:
             torch.cuda.synchronize(out.device)
@@ -223,13 +345,20 @@ class CompiledLayers:
                 adapter._cache_kwarg,
             )
             key = (self._kinds[i], shape)
-            hidden = step(*args) if key in seen else self._first(key, step, *args)
+            if key in seen:
+                hidden = step(*args)
+            else:
+                weights = [m.weight for m in self._modules[i].modules() if isinstance(m, nn.Linear)]
+                hidden = self._first(key, B * T, weights, step, *args)
         return hidden
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The compiled head (final norm, LM head): logits ``(B, T, V)``."""
         key = ("head", *hidden.shape)
-        return self._head(hidden) if key in self._seen else self._first(key, self._head, hidden)
+        if key in self._seen:
+            return self._head(hidden)
+        rows, weight = hidden.shape[0] * hidden.shape[1], self.adapter.lm_head.weight
+        return self._first(key, rows, [weight], self._head, hidden)
 
     def subset_head(
         self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
@@ -239,7 +368,9 @@ class CompiledLayers:
         key = ("subset_head", *hidden.shape, *weight.shape, bias is None)
         args = (self.adapter, hidden, weight, bias)
         fn = self._subset_head
-        return fn(*args) if key in self._seen else self._first(key, fn, *args)
+        if key in self._seen:
+            return fn(*args)
+        return self._first(key, hidden.shape[0] * hidden.shape[1], [weight], fn, *args)
 
 
 def future_mask(base: torch.Tensor, column: int) -> torch.Tensor:

@@ -191,6 +191,8 @@ def bench_decode(
             "non_layer_ms": 1000 * splits["-compiled"]["non_layer_s"],
             "head_ms": 1000 * splits["-compiled"]["head_s"],
         },
+        # the GEMM form of each small-row product the compiled graphs were written with
+        "matmul_forms": None if not compile else decoders["-compiled"].compiled.forms.table(),
     }
 
 

@@ -243,6 +243,8 @@ def bench_speculative(
         "threads": torch.get_num_threads(),
         "compiled": compile,
         "compile_s": dec.compiled.compile_seconds if dec.compiled is not None else None,
+        # the GEMM form of each small-row product the compiled graphs were written with
+        "matmul_forms": dec.compiled.forms.table() if dec.compiled is not None else None,
         "variants": rows,
     }
 
