@@ -141,8 +141,8 @@ class _Clock:
         self.timed: list[tuple] = []
         self.compiling: list[bool] = []  # whether each was timed inside a compile
 
-    def __call__(self, device, dtype, rows, out_features, in_features):
-        self.timed.append((device.type, dtype, rows, out_features, in_features))
+    def __call__(self, weight, rows):
+        self.timed.append((weight.device.type, weight.dtype, rows, *weight.shape))
         self.compiling.append(torch._guards.TracingContext.try_get() is not None)
         return dict(self.seconds)
 
@@ -197,7 +197,7 @@ def test_matmul_forms_times_each_shape_once_and_refuses_a_wrong_clock():
     assert [row["rows"] for row in forms.table()] == [3, 5]
     graph, _ = _linear_graph(2)
     with pytest.raises(ValueError, match="weight-left"):
-        SmallBatchMatmul(MatmulForms(lambda *shape: {"weight-right": 1.0}))(graph)
+        SmallBatchMatmul(MatmulForms(lambda weight, rows: {"weight-right": 1.0}))(graph)
 
 
 def test_small_batch_matmul_leaves_many_rows_alone():
@@ -230,10 +230,15 @@ def test_compiled_path_times_its_products_before_compiling_and_keeps_the_output(
     assert {row["form"] for row in decoder.compiled.forms.table()} == {"weight-left"}
 
 
-def test_gemm_forms_are_timed_on_real_tensors():
-    seconds = time_gemm_forms(torch.device("cpu"), torch.float32, 3, 40, 16)
-    assert set(seconds) == {"weight-right", "weight-left"}
-    assert all(0 < s < 1 for s in seconds.values())
+def test_gemm_forms_are_timed_on_real_tensors_and_for_a_fake_weights_shape():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():  # what the pass sees inside a compile
+        fake = torch.empty(40, 16)
+    for weight in (torch.randn(40, 16), fake):
+        seconds = time_gemm_forms(weight, 3)
+        assert set(seconds) == {"weight-right", "weight-left"}
+        assert all(0 < s < 1 for s in seconds.values())
 
 
 def test_small_batch_matmul_leaves_a_product_without_shapes_alone():

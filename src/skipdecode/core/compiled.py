@@ -18,14 +18,15 @@ eager path at batch 32). An evaluation's batches share one size but the last, so
 few graphs. Per-layer lengths and the gap check stay in Python, outside the graph.
 
 Small-batch matrix products: a linear layer computes ``x @ W.T`` with ``x`` of ``B`` rows, and
-for the few rows of a decode step which GEMM form runs fastest depends on the machine's BLAS.
-With the weight as the transposed right operand (``x @ W.T``, "weight-right") or as the left
-one (``(W @ x.T).T``, "weight-left"), the same arithmetic: on a 2-core AMD EPYC weight-left was
-much faster (the SmolLM2 head at batch 8: 9 ms against 23 ms), on a 2-core Intel Xeon
-weight-right is, 3-4x at 2-5 rows (the MLP's up projection at 3 rows: 62 against 177 us), while
-at 16 rows weight-left wins again. So a post-grad pass (:class:`SmallBatchMatmul`) times both
-forms of every ``mm(x, W.T)`` with at most :data:`SMALL_ROWS` rows once per shape on this
-machine (:class:`MatmulForms`, in the compile time, never in decoding) and writes the faster.
+for the few rows of a decode step which GEMM form runs fastest depends on the machine's BLAS:
+the weight as the transposed right operand (``x @ W.T``, "weight-right") or as the left one
+(``(W @ x.T).T``, "weight-left"), the same arithmetic. On a 2-core AMD EPYC weight-left was much
+faster (the SmolLM2 head at batch 8: 9 ms against 23 ms); on a 2-core Intel Xeon weight-right is,
+1.7-4.9x at 2 and 3 rows (the MLP's down projection at 3 rows: 50 against 174 us), while from
+about 10 rows on weight-left mostly wins again. So a post-grad pass (:class:`SmallBatchMatmul`)
+writes every ``mm(x, W.T)`` with at most :data:`SMALL_ROWS` rows in the form that
+:class:`MatmulForms` timed faster on this machine, once per shape, before the graph that needs
+it compiles (in the compile time, never in decoding).
 A single float32 row on a CPU goes further: the BLAS matrix-vector product runs on one thread
 (the SmolLM2 head at batch 1 on the AMD EPYC: 9.2 ms, under half the speed of the bandwidth
 floor), so the pass writes it as ``(x * W).sum(-1)``, which inductor compiles into one reduction
@@ -67,6 +68,7 @@ __all__ = [
     "MatmulForms",
     "SmallBatchMatmul",
     "bucketed_capacity",
+    "time_gemm_forms",
 ]
 
 CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
@@ -76,17 +78,17 @@ SMALL_ROWS = 64  # mm(x, W.T) with at most this many rows: the faster GEMM form,
 GEMM_FORMS = ("weight-right", "weight-left")  # x @ W.T as written, and (W @ x.T).T
 
 
-def time_gemm_forms(
-    device: torch.device, dtype: torch.dtype, rows: int, out_features: int, in_features: int
-) -> dict[str, float]:
-    """Seconds per call of each of :data:`GEMM_FORMS` for ``x`` ``(rows, in_features)`` and
-    ``W`` ``(out_features, in_features)`` on ``device``: the fastest of five rounds, the forms
-    alternating, each round long enough (about 2 ms) to read the clock well."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+def time_gemm_forms(weight: torch.Tensor, rows: int) -> dict[str, float]:
+    """Seconds per call of each of :data:`GEMM_FORMS` for ``x`` of ``rows`` rows and ``weight``
+    ``(out_features, in_features)``: the fastest of five rounds, the forms alternating, each
+    round long enough (about 2 ms) to read the clock well. A fake tensor (a shape inside a
+    compile) is timed with a random weight of its shape."""
+    from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.no_grad():  # real tensors inside a compile
-        weight = torch.randn(out_features, in_features, dtype=dtype, device=device)
-        x = torch.randn(rows, in_features, dtype=dtype, device=device)
+        if is_fake(weight):
+            weight = torch.randn(weight.shape, dtype=weight.dtype, device=weight.device)
+        x = torch.randn(rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
         forms = {
             "weight-right": lambda: torch.mm(x, weight.t()),
             "weight-left": lambda: torch.mm(weight, x.t()).t(),
@@ -94,16 +96,16 @@ def time_gemm_forms(
         calls = {}
         for form, fn in forms.items():  # warm up, and size a round
             fn()
-            start = now(device)
+            start = now(weight.device)
             fn()
-            calls[form] = max(1, min(1000, int(2e-3 / max(now(device) - start, 1e-7))))
+            calls[form] = max(1, min(1000, int(2e-3 / max(now(weight.device) - start, 1e-7))))
         best = dict.fromkeys(forms, float("inf"))
         for _ in range(5):
             for form, fn in forms.items():
-                start = now(device)
+                start = now(weight.device)
                 for _ in range(calls[form]):
                     fn()
-                best[form] = min(best[form], (now(device) - start) / calls[form])
+                best[form] = min(best[form], (now(weight.device) - start) / calls[form])
     return best
 
 
@@ -112,24 +114,18 @@ class MatmulForms:
     default :func:`time_gemm_forms`) once per device, dtype and shape; :meth:`table` lists the
     choices with their times, for a benchmark's record."""
 
-    def __init__(self, clock: Callable[..., dict[str, float]] = time_gemm_forms):
+    def __init__(self, clock: Callable[[torch.Tensor, int], dict[str, float]] = time_gemm_forms):
         self.clock = clock
         self.chosen: dict[tuple, tuple[str, dict[str, float]]] = {}
 
-    def form(
-        self,
-        device: torch.device,
-        dtype: torch.dtype,
-        rows: int,
-        out_features: int,
-        in_features: int,
-    ) -> str:
-        """The faster of :data:`GEMM_FORMS` for this product (timed on its first request)."""
-        key = (device.type, str(dtype).removeprefix("torch."), rows, out_features, in_features)
+    def form(self, weight: torch.Tensor, rows: int) -> str:
+        """The faster of :data:`GEMM_FORMS` for ``rows`` rows times ``weight``'s transpose
+        (timed on its first request)."""
+        dtype = str(weight.dtype).removeprefix("torch.")
+        key = (weight.device.type, dtype, rows, *weight.shape)
         if key not in self.chosen:
-            seconds = self.clock(device, dtype, rows, out_features, in_features)
-            unknown = set(seconds) ^ set(GEMM_FORMS)
-            if unknown:
+            seconds = self.clock(weight, rows)
+            if set(seconds) != set(GEMM_FORMS):
                 raise ValueError(f"a clock must time exactly {GEMM_FORMS}, not {sorted(seconds)}")
             self.chosen[key] = (min(GEMM_FORMS, key=seconds.__getitem__), seconds)
         return self.chosen[key][0]
@@ -140,7 +136,7 @@ class MatmulForms:
         inside the pass, a product measured up to 4x slower while they ran)."""
         for weight in weights:
             if rows <= SMALL_ROWS and not _reduction(rows, weight):
-                self.form(weight.device, weight.dtype, rows, *weight.shape)
+                self.form(weight, rows)
 
     def table(self) -> list[dict[str, Any]]:
         """One row per timed product: its shape, the chosen form and microseconds per form."""
@@ -199,11 +195,10 @@ class SmallBatchMatmul(CustomGraphPass):
             rows = getattr(val, "shape", (None,))[0]
             if not isinstance(rows, int) or rows > SMALL_ROWS or weight is None:
                 continue
-            out_features, in_features = weight.shape
             if _reduction(rows, val):
                 form = "reduction"
             else:
-                form = self.forms.form(val.device, val.dtype, rows, out_features, in_features)
+                form = self.forms.form(weight, rows)
             if form == "weight-right":
                 continue
             with graph.inserting_before(node):
