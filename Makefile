@@ -74,9 +74,10 @@ reproduce: $(STAMP) ## The paper grid (OPT-1.3B/6.7B x E2E/TLDR/CNN-DM x 1-5x): 
 # The headline protocol (README "Results"): SmolLM2-135M-Instruct fine-tuned on E2E with every
 # schedule, the whole test set; four sweeps in order of importance, then one published table.
 # Published cells are restored first, so a rerun (or a fresh machine) only runs what is missing.
-# The last sweep is the lossless mode shaped for speed (constant 8-layer draft, draft vocabulary,
-# calibrated threshold), evaluated on the compiled decode path.
-E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds outputs/sweep/e2e_smollm2_methods outputs/sweep/e2e_smollm2_lossless
+# The last two sweeps are the lossless mode shaped for speed (constant 8-layer draft, draft
+# vocabulary, calibrated threshold), evaluated on the compiled decode path, then the same with the
+# draft budget and k that measured fastest on the CPU (make speculative-budgets: 10 layers, k = 2).
+E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds outputs/sweep/e2e_smollm2_methods outputs/sweep/e2e_smollm2_lossless outputs/sweep/e2e_smollm2_lossless_b10
 # Every method at 2x before any at 4x, so a run cut short still compares the methods at one
 # speedup; CALM last: its training scores every layer's exit through the LM head (30 x 576 x
 # 49,152 per target token), 17-19 s a step on 2 CPU cores against ~5-7 s for the others.
@@ -92,6 +93,8 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 		schedule=$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_lossless seed=1 \
 		schedule=speculative_b8 eval.compile=true $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_lossless_b10 seed=1 \
+		schedule=speculative_b10 schedule.k=2 eval.compile=true $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2
