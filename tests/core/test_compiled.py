@@ -23,7 +23,8 @@ from skipdecode.core.compiled import (
     MatmulForms,
     SmallBatchMatmul,
     bucketed_capacity,
-    time_gemm_forms,
+    candidate_forms,
+    time_forms,
 )
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.subset_head import frequency_ranked_vocab
@@ -134,17 +135,21 @@ def _linear_graph(rows: int, dtype: torch.dtype = torch.float32, bias: bool = Fa
 
 
 class _Clock:
-    """A stand-in for the GEMM timer: fixed seconds per form, and a log of the shapes timed."""
+    """A stand-in for the timer: fixed seconds per form, and a log of the shapes timed and of
+    the forms offered."""
 
-    def __init__(self, weight_right: float, weight_left: float):
+    def __init__(self, weight_right: float, weight_left: float, reduction: float = 3.0):
         self.seconds = {"weight-right": weight_right, "weight-left": weight_left}
+        self.seconds["reduction"] = reduction
         self.timed: list[tuple] = []
+        self.offered: list[tuple[str, ...]] = []
         self.compiling: list[bool] = []  # whether each was timed inside a compile
 
-    def __call__(self, weight, rows):
+    def __call__(self, weight, rows, forms):
         self.timed.append((weight.device.type, weight.dtype, rows, *weight.shape))
+        self.offered.append(tuple(forms))
         self.compiling.append(torch._guards.TracingContext.try_get() is not None)
-        return dict(self.seconds)
+        return {form: self.seconds[form] for form in forms}
 
 
 def _mm_nodes(graph):
@@ -177,12 +182,15 @@ def test_small_batch_matmul_writes_the_faster_form_and_keeps_the_product(faster,
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_small_batch_matmul_writes_one_float32_row_as_a_reduction_untimed(bias):
+@pytest.mark.parametrize("reduction_faster", [True, False])
+def test_one_float32_row_may_become_a_reduction_when_it_times_faster(reduction_faster, bias):
     graph, (x, w, b) = _linear_graph(1, bias=bias)
-    clock = _Clock(1.0, 2.0)
+    clock = _Clock(2.0, 3.0, reduction=1.0 if reduction_faster else 4.0)
     SmallBatchMatmul(MatmulForms(clock))(graph)
+    assert clock.offered == [("weight-right", "weight-left", "reduction")]
     ops = {n.target for n in graph.nodes if n.op == "call_function"}
-    assert torch.ops.aten.sum.dim_IntList in ops and not _mm_nodes(graph) and not clock.timed
+    assert (torch.ops.aten.sum.dim_IntList in ops) is reduction_faster
+    assert bool(_mm_nodes(graph)) is (not reduction_faster and not bias)
     out = torch.fx.GraphModule(torch.nn.Module(), graph)(x, w, b)
     torch.testing.assert_close(out, x @ w.T + (b if bias else 0), rtol=1e-5, atol=1e-5)
 
@@ -197,7 +205,7 @@ def test_matmul_forms_times_each_shape_once_and_refuses_a_wrong_clock():
     assert [row["rows"] for row in forms.table()] == [3, 5]
     graph, _ = _linear_graph(2)
     with pytest.raises(ValueError, match="weight-left"):
-        SmallBatchMatmul(MatmulForms(lambda weight, rows: {"weight-right": 1.0}))(graph)
+        SmallBatchMatmul(MatmulForms(lambda weight, rows, forms: {"weight-right": 1.0}))(graph)
 
 
 def test_small_batch_matmul_leaves_many_rows_alone():
@@ -230,15 +238,23 @@ def test_compiled_path_times_its_products_before_compiling_and_keeps_the_output(
     assert {row["form"] for row in decoder.compiled.forms.table()} == {"weight-left"}
 
 
-def test_gemm_forms_are_timed_on_real_tensors_and_for_a_fake_weights_shape():
+def test_forms_are_timed_on_real_tensors_and_for_a_fake_weights_shape():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():  # what the pass sees inside a compile
         fake = torch.empty(40, 16)
-    for weight in (torch.randn(40, 16), fake):
-        seconds = time_gemm_forms(weight, 3)
-        assert set(seconds) == {"weight-right", "weight-left"}
-        assert all(0 < s < 1 for s in seconds.values())
+    real = torch.randn(40, 16)
+    assert candidate_forms(real, 1) == ("weight-right", "weight-left", "reduction")
+    assert candidate_forms(fake, 1) == ("weight-right", "weight-left")  # no compile inside one
+    assert (
+        candidate_forms(real, 3) == candidate_forms(real.bfloat16(), 1) == candidate_forms(fake, 1)
+    )
+    for weight, rows in ((real, 3), (fake, 3), (real, 1)):
+        forms = candidate_forms(weight, rows)
+        seconds = time_forms(weight, rows, forms)
+        assert set(seconds) == set(forms) and all(0 < s < 1 for s in seconds.values())
+    with pytest.raises(ValueError, match="not allowed"):
+        time_forms(real, 3, ["weight-middle"])
 
 
 def test_small_batch_matmul_leaves_a_product_without_shapes_alone():
@@ -255,6 +271,7 @@ def test_small_batch_matmul_times_the_gemm_of_one_bfloat16_row():
     SmallBatchMatmul(MatmulForms(clock))(graph)
     (mm,) = _mm_nodes(graph)
     assert mm.args[0].name == "w" and clock.timed == [("cpu", torch.bfloat16, 1, 40, 16)]
+    assert clock.offered == [("weight-right", "weight-left")]  # a reduction for float32 only
 
 
 def test_compiled_speculative_is_the_full_models_output(models):
