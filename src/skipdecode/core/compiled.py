@@ -32,8 +32,8 @@ compiles into one reduction over ``W`` split across the threads: on the AMD EPYC
 the matrix-vector product on one thread (the SmolLM2 head at batch 1: 9.2 ms eager against
 5.0 ms as this reduction; ``results/bench/decode-smollm2-cpu-compiled.md``), while the Xeon's
 runs it on both and the reduction was the slower there (head 2.77 ms compiled against 2.14
-eager; ``results/bench/decode-smollm2-cpu-compiled-xeon.md``), so it is timed too, compiled on
-its own. The products are the same; the order of the sum differs, which the logit tolerance
+eager in ``results/bench/decode-smollm2-cpu-compiled-xeon.md`` as committed in 518a342), so it
+is timed too, compiled on its own. The products are the same; the order of the sum differs, which the logit tolerance
 covers. With two rows or more that reduction would read ``W`` once per row, so it is no
 candidate.
 
