@@ -17,16 +17,15 @@ from tiny_models import PAD, left_padded_batch, tiny_family, tiny_llama, tiny_op
 from torch import nn
 from torch._dynamo.utils import counters
 
-from skipdecode.core.compiled import (
+from skipdecode.core.compiled import CompiledLayers, bucketed_capacity
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.core.matmul_forms import (
     SMALL_ROWS,
-    CompiledLayers,
     MatmulForms,
     SmallBatchMatmul,
-    bucketed_capacity,
     candidate_forms,
     time_forms,
 )
-from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.subset_head import frequency_ranked_vocab
 from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
 
