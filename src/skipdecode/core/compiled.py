@@ -108,7 +108,7 @@ class CompiledLayers:
             raise ValueError(f"compile mode {mode!r} is not allowed: choose one of {COMPILE_MODES}")
         self.adapter = adapter
         self.mode = mode
-        self.forms = forms  # the GEMM forms the graphs were written with (timed per shape)
+        self.forms = forms  # the product forms the graphs were written with (timed per shape)
         # Dynamo keeps compiled graphs per code object: every model in a process (each layer
         # kind, batch, positions and capacity) adds entries to _layer_step's, and past the limit
         # it would silently run eager. A process that decodes several models, or the lossless
@@ -128,7 +128,7 @@ class CompiledLayers:
         self.compile_seconds = 0.0
 
     def _first(self, key: tuple, rows: int, weights: Sequence[torch.Tensor], fn, *args):
-        """The first call for ``key`` (a layer kind or the head, and the shapes): the GEMM forms
+        """The first call for ``key`` (a layer kind or the head, and the shapes): the forms
         of its ``rows``-row products with ``weights`` are timed, then it compiles; the time goes
         to ``compile_seconds`` (the compile dominates it), never to decoding. Later calls with
         the same key run without this bookkeeping."""

@@ -90,21 +90,21 @@ def time_forms(weight: torch.Tensor, rows: int, forms: Sequence[str]) -> dict[st
             raise ValueError(
                 f"forms {sorted(unknown)} are not allowed: choose from {list(calls_of)}"
             )
+
+        def seconds_per_call(form: str, calls: int) -> float:
+            start = now(weight.device)
+            for _ in range(calls):
+                calls_of[form]()
+            return (now(weight.device) - start) / calls
+
         calls = {}
         for form in forms:  # warm up (and compile), and size a round
-            fn = calls_of[form]
-            fn()
-            start = now(weight.device)
-            fn()
-            calls[form] = max(1, min(1000, int(2e-3 / max(now(weight.device) - start, 1e-7))))
+            calls_of[form]()
+            calls[form] = max(1, min(1000, int(2e-3 / max(seconds_per_call(form, 1), 1e-7))))
         best = dict.fromkeys(forms, float("inf"))
         for _ in range(5):
             for form in forms:
-                fn = calls_of[form]
-                start = now(weight.device)
-                for _ in range(calls[form]):
-                    fn()
-                best[form] = min(best[form], (now(weight.device) - start) / calls[form])
+                best[form] = min(best[form], seconds_per_call(form, calls[form]))
     return best
 
 
@@ -137,8 +137,8 @@ class MatmulForms:
         ask about: before a graph compiles, so that inductor's compile workers are idle (timed
         inside the pass, a product measured up to 4x slower while they ran) and the one-row
         reduction can be compiled to be timed."""
-        for weight in weights:
-            if rows <= SMALL_ROWS:
+        if rows <= SMALL_ROWS:
+            for weight in weights:
                 self.form(weight, rows)
 
     def table(self) -> list[dict[str, Any]]:
