@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -190,6 +190,9 @@ SPEC_BUDGETS := 6 8 10 12
 # A training run's record, as results keep it beside a benchmark: $(call training_record,<run dir>)
 training_record = $(addprefix $(1)/,csv/metrics.csv run_info.json config_resolved.yaml)
 SPEC_BUDGETS_RUN := outputs/speculative_budgets
+# bench_speculative's protocol for a constant draft of budget $(1) on its E2E-trained model
+spec_draft_bench = --workload dataset --prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget $(1) \
+	--draft-vocab 4096 --new-tokens 64 --repeats 2 --compile
 speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 trained on E2E with a constant 6/8/10/12-layer draft (joint, seed 1), each timed with its budget (16 E2E test inputs, compiled, batch 1/8/32, k 2/3/4) -> results/bench/speculative-budgets
 	@for b in $(SPEC_BUDGETS); do \
 		test -f $(SPEC_BUDGETS_RUN)/b$$b/train/export/skipdecode.json || \
@@ -198,9 +201,7 @@ speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 tr
 	done
 	@for b in $(SPEC_BUDGETS); do \
 		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b$$b/train/export \
-			--workload dataset --prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget $$b \
-			--draft-vocab 4096 --new-tokens 64 --repeats 2 --compile \
-			--out results/bench --name speculative-budgets-b$$b $(ARGS) || exit 1; \
+			$(call spec_draft_bench,$$b) --out results/bench --name speculative-budgets-b$$b $(ARGS) || exit 1; \
 		mkdir -p results/bench/speculative-budgets-b$$b/training && \
 		cp $(call training_record,$(SPEC_BUDGETS_RUN)/b$$b/train) \
 			results/bench/speculative-budgets-b$$b/training/ || exit 1; \
@@ -208,6 +209,27 @@ speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 tr
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
 		$(foreach b,$(SPEC_BUDGETS),results/bench/speculative-budgets-b$(b).json) \
 		--out results/bench --name speculative-budgets
+
+# The 10-layer draft trained on the references (speculative_b10, shared with speculative-budgets)
+# and distilled from the full model (speculative_b10_distill), each trained once (seed 1; an
+# existing export is kept) and timed in the same run of this target.
+SPEC_DISTILL := b10 b10_distill
+speculative-distill: $(STAMP) smollm2 ## The draft distilled from the full model against the same 10-layer draft trained on the references (E2E, joint, seed 1), timed alike (16 E2E test inputs, compiled, batch 1/8/32, k 2/3/4) -> results/bench/speculative-distill
+	@for r in $(SPEC_DISTILL); do \
+		test -f $(SPEC_BUDGETS_RUN)/$$r/train/export/skipdecode.json || \
+		$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=speculative_$$r seed=1 \
+			hydra.run.dir=$(SPEC_BUDGETS_RUN)/$$r/train $(TRAIN_ARGS) || exit 1; \
+	done
+	@for r in $(SPEC_DISTILL); do \
+		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/$$r/train/export \
+			$(call spec_draft_bench,10) --out results/bench --name speculative-distill-$$r $(ARGS) || exit 1; \
+		mkdir -p results/bench/speculative-distill-$$r/training && \
+		cp $(call training_record,$(SPEC_BUDGETS_RUN)/$$r/train) \
+			results/bench/speculative-distill-$$r/training/ || exit 1; \
+	done
+	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
+		$(foreach r,$(SPEC_DISTILL),results/bench/speculative-distill-$(r).json) --labels $(SPEC_DISTILL) \
+		--out results/bench --name speculative-distill
 
 SPEC_BENCH_RUN := outputs/spec_bench_smollm2
 SPEC_BENCH_DATA := outputs/data/spec_bench_distill

@@ -13,7 +13,12 @@ from skipdecode.core.acceptance import accept_sampled
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.rounds import JUDGE_ROUNDS, Pace, PaceBook
 from skipdecode.schedules import FullSchedule, ScheduleError, SpeculativeSchedule, build_schedule
-from skipdecode.schedules.base import StaticSchedule, batched_speedup, plan_loss_sums
+from skipdecode.schedules.base import (
+    StaticSchedule,
+    batched_speedup,
+    plan_logits,
+    plan_loss_sums,
+)
 from skipdecode.schedules.speculative import THRESHOLDS
 
 L = 8
@@ -257,15 +262,20 @@ def test_acceptance_rule_emits_p_exactly():
     torch.testing.assert_close(bonus, p[1].double(), atol=5e-3, rtol=0)
 
 
-def test_joint_recipe_trains_the_full_and_the_draft_plan():
-    decoder = SkipDecoder(FAMILIES["opt"](num_layers=L))
+def _training_batch() -> dict[str, torch.Tensor]:
+    """Two rows of 7 tokens, the first 3 the prompt (no loss), as the training loader gives."""
     ids, mask = left_padded_batch([7, 7])
-    batch = {
+    return {
         "input_ids": ids,
         "attention_mask": mask,
         "labels": ids.masked_fill(torch.arange(7) < 3, -100),
         "prompt_lengths": torch.tensor([3, 3]),
     }
+
+
+def test_joint_recipe_trains_the_full_and_the_draft_plan():
+    decoder = SkipDecoder(FAMILIES["opt"](num_layers=L))
+    batch = _training_batch()
     sched = speculative("target_2x", draft_weight=0.5)
     full_sum, count = plan_loss_sums(decoder, batch, FullSchedule(L))
     draft_sum, _ = plan_loss_sums(decoder, batch, sched.draft)
@@ -278,9 +288,45 @@ def test_joint_recipe_trains_the_full_and_the_draft_plan():
     assert again.describe() == sched.describe()
 
 
+def test_distilled_draft_learns_the_full_plans_distribution():
+    decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
+    batch = _training_batch()
+    sched = speculative("target_2x", draft_weight=0.5, draft_target="full")
+    full_logits = plan_logits(decoder, batch, FullSchedule(L))
+    draft_logits = plan_logits(decoder, batch, sched.draft)
+    scored = batch["labels"][:, 1:] != -100  # position t predicts label t + 1
+    p = full_logits[:, :-1][scored].softmax(-1)
+    log_q = draft_logits[:, :-1][scored].log_softmax(-1)
+    kl = (p * (p.log() - log_q)).sum()  # KL(full || draft), by hand
+    full_sum, count = plan_loss_sums(decoder, batch, FullSchedule(L))
+    total, n = sched.loss_sums(decoder, batch)
+    torch.testing.assert_close(total, full_sum + 0.5 * kl)
+    assert int(n) == int(count) == int(scored.sum()) and kl.item() > 0
+    only_draft = speculative("target_2x", recipe="draft", draft_target="full")
+    torch.testing.assert_close(only_draft.loss_sums(decoder, batch)[0], kl)
+    assert build_schedule(sched.describe(), L).describe() == sched.describe()
+    assert "draft_target" not in speculative().describe()  # the default keeps old records
+    # the full plan's logits are a target: its gradient comes from its own cross-entropy only
+    params = [q for q in decoder.model.parameters() if q.requires_grad]
+
+    def gradient(loss):
+        return torch.autograd.grad(loss, params, allow_unused=True)
+
+    fixed = full_logits[:, :-1][scored].detach().softmax(-1)
+    by_hand = (fixed * (fixed.log() - log_q)).sum()
+    joint = gradient(sched.loss_sums(decoder, batch)[0])
+    for got, want in zip(joint, gradient(full_sum + 0.5 * by_hand), strict=True):
+        if want is None:
+            assert got is None or not got.any()
+        else:
+            torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
+        ({"draft_target": "teacher"}, r"schedule\.draft_target='teacher' .*labels"),
+        ({"recipe": "full", "draft_target": "full"}, r"schedule\.draft_target='full' .*full"),
         ({"k": 0}, r"schedule\.k=0 .*integer >= 1"),
         ({"k": 2.5}, r"schedule\.k=2\.5"),
         ({"threshold": 1.5}, r"schedule\.threshold=1\.5 .*\(0, 1\)"),

@@ -67,7 +67,7 @@ def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
     result = choose_budgets(runs, resamples=200)
     assert result["budgets"] == [6, 8, 10]
     one, eight = result["batches"]
-    assert one["chosen"] == {"budget": 8, "k": 2}  # 1.2x; ties keep the smaller budget
+    assert one["chosen"] == {"draft": "8", "budget": 8, "k": 2}  # 1.2x; ties: smaller budget
     assert [(r["budget"], r["k"]) for r in one["rows"]] == [
         (6, 2), (6, 3), (8, 2), (8, 3), (10, 2), (10, 3)
     ]  # fmt: skip
@@ -97,7 +97,7 @@ def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
     [
         ({"new_tokens": "32"}, "new_tokens='32' where"),
         ({"compile": "False"}, "compile='False' where"),
-        ({"draft_budget": "6"}, r"draft budgets \[6, 6\]"),
+        ({"draft_budget": "6"}, r"drafts \['6', '6'\]; allowed: each once .*--labels"),
     ],
 )
 def test_runs_that_differ_in_more_than_the_budget_are_refused(tmp_path, change, message):
@@ -131,6 +131,28 @@ def test_the_cli_writes_the_table_and_the_record(tmp_path):
     assert (tmp_path / "choice.md").read_text() == budgets_table(result)
 
 
+def test_runs_of_one_budget_are_compared_by_their_labels(tmp_path, capsys):
+    """Two trainings of one budget (references or the full model as the draft's target)."""
+    (tmp_path / "distilled").mkdir()
+    paths = [
+        _record(tmp_path, 10, 1.1, [2, 2, 2]),
+        _record(tmp_path / "distilled", 10, 1.3, [4, 5, 6]),
+    ]
+    labels = ["b10", "b10-distilled"]
+    main([*map(str, paths), "--labels", *labels, "--resamples=50", f"--out={tmp_path}"])
+    result = json.loads((tmp_path / "speculative-budgets.json").read_text())
+    one = result["batches"][0]
+    assert result["drafts"] == labels and result["budgets"] == [10, 10]
+    assert one["chosen"] == {"draft": "b10-distilled", "budget": 10, "k": 2}
+    assert set(one["against_chosen"]) == {"b10"}
+    assert one["against_chosen"]["b10"]["speedup"]["delta"] == pytest.approx(1.3 - 1.1)
+    assert "| 1 | b10-distilled | 2 (chosen) |" in budgets_table(result)
+    with pytest.raises(SystemExit) as err:
+        main([*map(str, paths), "--labels", "b10", f"--out={tmp_path / 'none'}"])
+    assert err.value.code == 2 and "--labels gives 1 names for 2 records" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
 def test_measures_are_pooled_over_prompts_at_the_chosen_k_and_each_budgets_best_k(tmp_path):
     """Tokens per verify pooled (not a mean of per-prompt ratios), compared at the chosen k;
     speed against the other budget's own best k; the cost model's own pick recorded."""
@@ -140,8 +162,8 @@ def test_measures_are_pooled_over_prompts_at_the_chosen_k_and_each_budgets_best_
     fast["cells"][0]["variants"]["speculative-k2"]["cost"]["predicted_speedup"] = 2.0
     result = choose_budgets([fast, slow], resamples=100)
     one = result["batches"][0]
-    assert one["chosen"] == {"budget": 8, "k": 3}
-    assert one["chosen_by_cost_model"] == {"budget": 8, "k": 2}
+    assert one["chosen"] == {"draft": "8", "budget": 8, "k": 3}
+    assert one["chosen_by_cost_model"] == {"draft": "8", "budget": 8, "k": 2}
     six = one["against_chosen"]["6"]
     # pooled: (8 + 17) / 17 - (3 + 15) / 15; a mean of per-prompt ratios would give another value
     assert six["tokens_per_verify"]["delta"] == pytest.approx(25 / 17 - 18 / 15)

@@ -1,6 +1,8 @@
-"""The lossless mode's draft budget chosen by measurement: models trained each with its own
-constant b-layer draft (``schedule=speculative_b{b}``), each benchmarked with
-``bench_speculative --draft-budget b`` on the same inputs, put side by side.
+"""The lossless mode's draft chosen by measurement: models trained each with its own constant
+b-layer draft (``schedule=speculative_b{b}``, or a variant such as its distilled draft,
+``speculative_b10_distill``), each benchmarked with ``bench_speculative --draft-budget b`` on
+the same inputs, put side by side. Each run is a *draft*: its budget, or the name ``--labels``
+gives it (runs of one budget trained differently need names).
 
 Per batch size, for every budget b and every k: acceptance, tokens per verify pass, the round's
 cost split in full decode steps (a draft pass, the verify pass), the speedup that cost model
@@ -10,18 +12,21 @@ The chosen setting per batch size is the highest measured speedup.
 
 At batch 1 every batch is one prompt, so the runs can be compared prompt by prompt, each with a
 95% paired bootstrap interval over prompts (the same draws for both runs): the chosen setting
-against each other budget's tokens per verify at the chosen k (they grow with k, so only the
-same k compares), and against each other budget's speedup at that budget's own best k. Each
-budget is one trained model (one seed) timed once per repeat, so the interval samples prompts,
+against each other draft's tokens per verify at the chosen k (they grow with k, so only the
+same k compares), and against each other draft's speedup at that draft's own best k. Each
+draft is one trained model (one seed) timed once per repeat, so the interval samples prompts,
 neither training seeds nor timing noise between runs, and it is computed on the data that chose
-the winner. Each budget's model is its own fine-tune, so its output (its own full model's, token
-for token) differs between budgets and so does the text being drafted. A prompt's time is its
+the winner. Each draft's model is its own fine-tune, so its output (its own full model's, token
+for token) differs between drafts and so does the text being drafted. A prompt's time is its
 median over the repeats, so with more than two repeats the pooled speedup of the interval can
 differ slightly from the table's (the median of whole-workload times).
 
     python -m skipdecode.experiments.speculative_budgets \\
         results/bench/speculative-budgets-b{6,8,10,12}.json \\
         --out results/bench --name speculative-budgets
+    python -m skipdecode.experiments.speculative_budgets \
+        results/bench/speculative-distill-b10-{labels,full}.json --labels b10 b10-distilled \
+        --out results/bench --name speculative-distill
 """
 
 from __future__ import annotations
@@ -54,9 +59,9 @@ class BudgetError(ValueError):
     """Runs that cannot be compared, or a record that is not a budget run."""
 
 
-def load_budget_run(path: Path) -> dict[str, Any]:
-    """A ``bench_speculative`` record run with ``--draft-budget b``: ``{"budget": b, "args",
-    "cells", "machine"}``."""
+def load_budget_run(path: Path, label: str | None = None) -> dict[str, Any]:
+    """A ``bench_speculative`` record run with ``--draft-budget b``: ``{"draft": label (default:
+    b), "budget": b, "args", "cells", "machine"}``."""
     path = Path(path)
     allowed = "allowed: a bench_speculative <name>.json with per-batch figures"
     if not path.is_file():
@@ -81,17 +86,19 @@ def load_budget_run(path: Path) -> dict[str, Any]:
                 )
     machine = (record.get("provenance") or {}).get("device", {}).get("cpu")
     return {
-        "path": str(path), "budget": int(budget), "args": args, "cells": cells,
-        "machine": (machine, [c.get("threads") for c in cells]),
+        "path": str(path), "draft": label or str(budget), "budget": int(budget), "args": args,
+        "cells": cells, "machine": (machine, [c.get("threads") for c in cells]),
     }  # fmt: skip
 
 
 def _check_comparable(runs: list[dict[str, Any]]) -> None:
     if len(runs) < 2:
-        raise BudgetError(f"{len(runs)} run(s) given; allowed: two or more budgets to compare")
-    budgets = [r["budget"] for r in runs]
-    if len(set(budgets)) != len(budgets):
-        raise BudgetError(f"draft budgets {budgets}; allowed: each budget once")
+        raise BudgetError(f"{len(runs)} run(s) given; allowed: two or more drafts to compare")
+    drafts = [r["draft"] for r in runs]
+    if len(set(drafts)) != len(drafts):
+        raise BudgetError(
+            f"drafts {drafts}; allowed: each once (name runs of one budget apart with --labels)"
+        )
     first = runs[0]
     for run in runs[1:]:
         if run["machine"] != first["machine"]:
@@ -104,16 +111,17 @@ def _check_comparable(runs: list[dict[str, Any]]) -> None:
             if mine != theirs:
                 raise BudgetError(
                     f"{run['path']}: {name}={theirs!r} where {first['path']} has {mine!r}; "
-                    "allowed: runs of one benchmark setting that differ only in the budget"
+                    "allowed: runs of one benchmark setting that differ only in the draft"
                 )
 
 
-def _row(budget: int, k: int, cell: dict[str, Any]) -> dict[str, Any]:
-    """One (budget, k) of one batch size's cell: its figures and its own full step's time."""
+def _row(run: dict[str, Any], k: int, cell: dict[str, Any]) -> dict[str, Any]:
+    """One (draft, k) of one batch size's cell: its figures and its own full step's time."""
     variant = cell["variants"][f"speculative-k{k}"]
     cost = variant.get("cost") or {}
     return {
-        "budget": budget,
+        "draft": run["draft"],
+        "budget": run["budget"],
         "k": k,
         "acceptance": variant.get("acceptance_rate"),
         "tokens_per_verify": variant.get("tokens_per_verify"),
@@ -162,25 +170,25 @@ def _interval(
 
 
 def _against(
-    cells: dict[int, dict[str, Any]], chosen: dict[str, int], best_k: dict[int, int], resamples: int
+    cells: dict[str, dict[str, Any]], chosen: dict[str, Any], best_k: dict[str, int], resamples: int
 ) -> dict[str, Any]:
-    """Batch 1: the chosen (budget, k) against each other budget, paired over prompts."""
-    mine = _prompt_arrays(cells[chosen["budget"]], chosen["k"])
+    """Batch 1: the chosen (draft, k) against each other draft, paired over prompts."""
+    mine = _prompt_arrays(cells[chosen["draft"]], chosen["k"])
     n = len(mine["tokens"])
     draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(resamples, n))
     out = {}
-    for budget, cell in cells.items():
-        if budget == chosen["budget"]:
+    for draft, cell in cells.items():
+        if draft == chosen["draft"]:
             continue
-        same_k, own_best = _prompt_arrays(cell, chosen["k"]), _prompt_arrays(cell, best_k[budget])
+        same_k, own_best = _prompt_arrays(cell, chosen["k"]), _prompt_arrays(cell, best_k[draft])
         if len(same_k["tokens"]) != n:
             raise BudgetError(
-                f"batch 1: budget {budget} holds {len(same_k['tokens'])} prompts, budget "
-                f"{chosen['budget']} {n}; allowed: the same prompts"
+                f"batch 1: draft {draft} holds {len(same_k['tokens'])} prompts, draft "
+                f"{chosen['draft']} {n}; allowed: the same prompts"
             )
-        out[str(budget)] = {
+        out[draft] = {
             "tokens_per_verify": _interval(mine, same_k, "tokens_per_verify", draws),
-            "speedup": {**_interval(mine, own_best, "speedup", draws), "k": best_k[budget]},
+            "speedup": {**_interval(mine, own_best, "speedup", draws), "k": best_k[draft]},
         }
     return out
 
@@ -194,39 +202,38 @@ def choose_budgets(
     if resamples < 1:
         raise BudgetError(f"resamples={resamples}; allowed: >= 1")
     _check_comparable(runs)
-    runs = sorted(runs, key=lambda r: r["budget"])
+    runs = sorted(runs, key=lambda r: (r["budget"], r["draft"]))
     batches = []
     for cells in zip(*(r["cells"] for r in runs), strict=True):
         size = cells[0]["batch_size"]
         rows = [
-            _row(run["budget"], k, cell)
-            for run, cell in zip(runs, cells, strict=True)
-            for k in _ks(cell)
+            _row(run, k, cell) for run, cell in zip(runs, cells, strict=True) for k in _ks(cell)
         ]
         best = max(rows, key=lambda r: r["measured"])
         best_predicted = max(rows, key=lambda r: r["predicted"] or 0.0)
         batch: dict[str, Any] = {
             "batch_size": size,
             "rows": rows,
-            "chosen": {"budget": best["budget"], "k": best["k"]},
-            "chosen_by_cost_model": {"budget": best_predicted["budget"], "k": best_predicted["k"]},
+            "chosen": {key: best[key] for key in ("draft", "budget", "k")},
+            "chosen_by_cost_model": {key: best_predicted[key] for key in ("draft", "budget", "k")},
         }
         if size == 1:
-            by_budget = {r["budget"]: c for r, c in zip(runs, cells, strict=True)}
+            by_draft = {r["draft"]: c for r, c in zip(runs, cells, strict=True)}
             best_k = {
-                b: max((r for r in rows if r["budget"] == b), key=lambda r: r["measured"])["k"]
-                for b in by_budget
+                d: max((r for r in rows if r["draft"] == d), key=lambda r: r["measured"])["k"]
+                for d in by_draft
             }
-            batch["against_chosen"] = _against(by_budget, batch["chosen"], best_k, resamples)
+            batch["against_chosen"] = _against(by_draft, batch["chosen"], best_k, resamples)
             batch["prompts"] = len(
-                by_budget[best["budget"]]["variants"]["skipdecode-full"]["per_batch"]
+                by_draft[best["draft"]]["variants"]["skipdecode-full"]["per_batch"]
             )
         batches.append(batch)
     return {
         "runs": [r["path"] for r in runs],
+        "drafts": [r["draft"] for r in runs],
         "budgets": [r["budget"] for r in runs],
         "resamples": resamples,
-        "interval": "95% paired bootstrap over prompts (batch 1); one trained model per budget, "
+        "interval": "95% paired bootstrap over prompts (batch 1); one trained model per draft, "
         "so neither training seeds nor timing noise between runs are sampled, and computed on "
         "the data that chose the winner",
         "batches": batches,
@@ -235,16 +242,16 @@ def choose_budgets(
 
 def budgets_table(result: dict[str, Any]) -> str:
     out = [
-        "| batch | budget | k | acceptance | tokens/verify | draft pass | verify | predicted | "
+        "| batch | draft | k | acceptance | tokens/verify | draft pass | verify | predicted | "
         "measured vs own full | own full, ms/step | exact |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for batch in result["batches"]:
         chosen = batch["chosen"]
         for r in batch["rows"]:
-            mark = " (chosen)" if (r["budget"], r["k"]) == (chosen["budget"], chosen["k"]) else ""
+            mark = " (chosen)" if (r["draft"], r["k"]) == (chosen["draft"], chosen["k"]) else ""
             out.append(
-                f"| {batch['batch_size']} | {r['budget']} | {r['k']}{mark} | "
+                f"| {batch['batch_size']} | {r['draft']} | {r['k']}{mark} | "
                 f"{cell_text(r['acceptance'])} | {cell_text(r['tokens_per_verify'])} | "
                 f"{cell_text(r['draft_pass'])} | {cell_text(r['verify'])} | "
                 f"{cell_text(r['predicted'], '{:.2f}x')} | {cell_text(r['measured'], '{:.2f}x')} | "
@@ -256,11 +263,11 @@ def budgets_table(result: dict[str, Any]) -> str:
         c = batch["chosen"]
         out += [
             "",
-            f"Batch 1, {batch['prompts']} prompts: budget {c['budget']} (k = {c['k']}) against "
-            f"each other budget, tokens per verify at k = {c['k']}, speedup at that budget's own "
+            f"Batch 1, {batch['prompts']} prompts: draft {c['draft']} (k = {c['k']}) against "
+            f"each other draft, tokens per verify at k = {c['k']}, speedup at that draft's own "
             f"best k; {result['interval']}.",
             "",
-            f"| against budget | tokens/verify difference at k = {c['k']} [95%] | "
+            f"| against draft | tokens/verify difference at k = {c['k']} [95%] | "
             "speedup difference [95%] (its best k) |",
             "|---|---|---|",
         ]
@@ -277,13 +284,23 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("records", nargs="+", type=Path, help="bench_speculative records, one a budget")
+    p.add_argument("records", nargs="+", type=Path, help="bench_speculative records, one a draft")
+    p.add_argument(
+        "--labels", nargs="+", help="a name for each record's draft (default: its budget)"
+    )
     p.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES)
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     p.add_argument("--name", default="speculative-budgets")
     args = p.parse_args(argv)
+    labels = args.labels or [None] * len(args.records)
+    if len(labels) != len(args.records):
+        p.error(
+            f"--labels gives {len(labels)} names for {len(args.records)} records; allowed: one "
+            "name per record, or none"
+        )
     try:
-        result = choose_budgets([load_budget_run(r) for r in args.records], args.resamples)
+        runs = [load_budget_run(r, label) for r, label in zip(args.records, labels, strict=True)]
+        result = choose_budgets(runs, args.resamples)
     except BudgetError as err:
         p.error(str(err))
     write_bench(args.out, args.name, result, budgets_table(result))

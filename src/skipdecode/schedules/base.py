@@ -42,6 +42,7 @@ __all__ = [
     "ScheduleRun",
     "ScheduleError",
     "position_layer_mask",
+    "plan_logits",
     "plan_loss_sums",
     "require",
     "round_half_up",
@@ -300,10 +301,17 @@ def plan_loss_sums(
     decoder: SkipDecoder, batch: Mapping[str, torch.Tensor], plan: StaticSchedule
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Target-token cross-entropy (sum, count) of the forward masked by ``plan``."""
+    return token_loss_sums(plan_logits(decoder, batch, plan), batch["labels"])
+
+
+def plan_logits(
+    decoder: SkipDecoder, batch: Mapping[str, torch.Tensor], plan: StaticSchedule
+) -> torch.Tensor:
+    """The logits ``(B, T, V)`` of a training batch's forward masked by ``plan`` (prompt
+    positions run every layer, as in decoding)."""
     input_ids = batch["input_ids"]
     mask = None
     if not plan.runs_every_layer:
         mask = position_layer_mask(plan, batch["prompt_lengths"], input_ids.shape[1])
         mask = mask.to(input_ids.device)
-    logits = decoder.forward(input_ids, batch["attention_mask"], mask)  # (B, T, V)
-    return token_loss_sums(logits, batch["labels"])
+    return decoder.forward(input_ids, batch["attention_mask"], mask)

@@ -11,6 +11,8 @@ The output is the full model's, token for token when greedy and in distribution 
                                                # or calibrate: chosen on validation prompts
     recipe: joint                              # training: joint | full | draft
     draft_weight: 1.0                          # joint: loss = full-plan + draft_weight * draft
+    draft_target: labels                       # or full: the draft learns the full plan's
+                                               # next-token distribution (distilled)
     draft_vocab: null                          # or N: drafts score only the N tokens most
                                                # frequent in the training targets (exact still)
     auto_off: false                            # or true: a batch times a plain step and its
@@ -22,6 +24,12 @@ model is the verifier. ``recipe: joint`` trains both paths on every batch (the m
 loss of the full plan plus ``draft_weight`` times that of the draft plan); ``full`` trains the
 full plan only (a plain fine-tune, the draft untrained), ``draft`` the draft plan only (what
 SkipDecode itself trains). Validation loss is the full plan's: it is what the output follows.
+``draft_target: full`` replaces the draft plan's cross-entropy against the labels with its
+KL divergence from the full plan's next-token distribution on the same batch (the full plan's
+logits are a target, no gradient flows through them): a draft token is accepted when it is the
+full model's, not the reference's, so the draft learns what it is verified against
+(self-distillation, as DistillSpec does for a separate drafter). With ``recipe: draft`` the full
+plan runs without gradient, only to give the target.
 
 Calibration. ``threshold: calibrate`` leaves the threshold to the evaluation stage, which decodes
 the validation prompts (in the evaluation's batches) with each threshold of
@@ -38,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..core.loss import distill_loss_sums, token_loss_sums
 from ..core.step import Speculation
 from .base import (
     PromptBatch,
@@ -46,6 +55,7 @@ from .base import (
     ScheduleRun,
     StaticSchedule,
     batched_speedup,
+    plan_logits,
     plan_loss_sums,
     require,
 )
@@ -55,9 +65,11 @@ from .registry import build_schedule, register
 if TYPE_CHECKING:
     from ..core.engine import SkipDecoder
 
-__all__ = ["SpeculativeSchedule", "RECIPES", "THRESHOLDS"]
+__all__ = ["SpeculativeSchedule", "DRAFT_TARGETS", "RECIPES", "THRESHOLDS"]
 
 RECIPES = ("joint", "full", "draft")
+#: what the draft plan learns to predict: the labels, or the full plan's distribution
+DRAFT_TARGETS = ("labels", "full")
 #: the thresholds ``threshold: calibrate`` chooses from (None: always draft k tokens)
 THRESHOLDS: tuple[float | None, ...] = (None, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 #: how far ahead the draft plan is checked to be cheaper than the full model somewhere
@@ -78,6 +90,7 @@ class SpeculativeSchedule(Schedule):
         draft_weight: float = 1.0,
         draft_vocab: int | Sequence[int] | None = None,
         auto_off: bool = False,
+        draft_target: str = "labels",
     ):
         super().__init__(draft.num_layers)
         require(
@@ -98,6 +111,15 @@ class SpeculativeSchedule(Schedule):
             "draft_weight",
             draft_weight,
             "a number >= 0",
+        )
+        require(
+            draft_target in DRAFT_TARGETS, "draft_target", draft_target, f"one of {DRAFT_TARGETS}"
+        )
+        require(
+            draft_target == "labels" or recipe != "full",
+            "draft_target",
+            draft_target,
+            "labels with recipe=full (the full recipe trains no draft to distil)",
         )
         ids = None
         if draft_vocab is not None and not isinstance(draft_vocab, int):
@@ -120,6 +142,7 @@ class SpeculativeSchedule(Schedule):
         self.threshold = threshold
         self.recipe = recipe
         self.draft_weight = float(draft_weight)
+        self.draft_target = draft_target
         self.auto_off = auto_off
 
     @property
@@ -162,6 +185,7 @@ class SpeculativeSchedule(Schedule):
             "draft_vocab": self.draft_vocab if self.draft_vocab is not None
             else self.draft_vocab_size,
             "auto_off": self.auto_off,
+            "draft_target": self.draft_target,
         }  # fmt: skip
         return SpeculativeSchedule(self.draft, **{**settings, **changes})
 
@@ -194,12 +218,29 @@ class SpeculativeSchedule(Schedule):
         batch: Mapping[str, torch.Tensor],
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.draft_target == "full":
+            return self._distilled_loss_sums(decoder, batch)
         if self.recipe == "draft":
             return plan_loss_sums(decoder, batch, self.draft)
         full_sum, count = plan_loss_sums(decoder, batch, FullSchedule(self.num_layers))
         if self.recipe == "full" or self.draft_weight == 0:
             return full_sum, count
         draft_sum, _ = plan_loss_sums(decoder, batch, self.draft)
+        return full_sum + self.draft_weight * draft_sum, count
+
+    def _distilled_loss_sums(
+        self, decoder: SkipDecoder, batch: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``draft_target: full``: the draft plan's KL from the full plan's distribution (plus,
+        with the joint recipe, the full plan's cross-entropy against the labels)."""
+        full_plan = FullSchedule(self.num_layers)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.recipe == "joint"):
+            full_logits = plan_logits(decoder, batch, full_plan)
+        draft_logits = plan_logits(decoder, batch, self.draft)
+        draft_sum, count = distill_loss_sums(draft_logits, full_logits, batch["labels"])
+        if self.recipe == "draft":
+            return draft_sum, count
+        full_sum, _ = token_loss_sums(full_logits, batch["labels"])
         return full_sum + self.draft_weight * draft_sum, count
 
     def validation_plan(self, expected_length: int | None = None) -> StaticSchedule:
@@ -214,6 +255,7 @@ class SpeculativeSchedule(Schedule):
             "threshold": self.threshold,
             "recipe": self.recipe,
             "draft_weight": self.draft_weight,
+            **({"draft_target": self.draft_target} if self.draft_target != "labels" else {}),
             **({"draft_vocab": self.draft_vocab_size} if self.draft_vocab_size else {}),
             **({"auto_off": True} if self.auto_off else {}),
         }
@@ -263,4 +305,5 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedu
         draft_weight=cfg.get("draft_weight", 1.0),
         draft_vocab=cfg.get("draft_vocab"),
         auto_off=cfg.get("auto_off", False),
+        draft_target=cfg.get("draft_target", "labels"),
     )
