@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -230,6 +230,28 @@ speculative-distill: $(STAMP) smollm2 ## The draft distilled from the full model
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
 		$(foreach r,$(SPEC_DISTILL),results/bench/speculative-distill-$(r).json) --labels $(SPEC_DISTILL) \
 		--out results/bench --name speculative-distill
+
+# A variant of the 10-layer draft's training (VARIANT names it, TRAIN_ARGS are its Hydra
+# overrides of speculative_b10's run), timed as speculative-distill's runs and compared with its
+# b10 run (the same benchmark, an earlier run: the speed interval mixes in timing between runs).
+SPEC_VARIANT_RUN = $(SPEC_BUDGETS_RUN)/b10_$(VARIANT)
+speculative-b10-variant: $(STAMP) smollm2 ## A variant of the 10-layer draft's training (VARIANT=name TRAIN_ARGS="overrides"), timed as speculative-distill's runs, compared with its b10 run -> results/bench/speculative-b10-VARIANT
+	@test -n "$(VARIANT)" || { echo "VARIANT is empty; allowed: a name for the variant (with TRAIN_ARGS, its Hydra overrides)"; exit 2; }
+	@test -f results/bench/speculative-distill-b10.json || { echo "no results/bench/speculative-distill-b10.json: run make speculative-distill first"; exit 2; }
+	test -f $(SPEC_VARIANT_RUN)/train/export/skipdecode.json || \
+		$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=speculative_b10 seed=1 \
+			hydra.run.dir=$(SPEC_VARIANT_RUN)/train $(TRAIN_ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_VARIANT_RUN)/train/export \
+		$(call spec_draft_bench,10) --out results/bench --name speculative-b10-$(VARIANT)-bench $(ARGS)
+	mkdir -p results/bench/speculative-b10-$(VARIANT)-bench/training
+	cp $(call training_record,$(SPEC_VARIANT_RUN)/train) results/bench/speculative-b10-$(VARIANT)-bench/training/
+	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets results/bench/speculative-distill-b10.json \
+		results/bench/speculative-b10-$(VARIANT)-bench.json --labels b10 b10_$(VARIANT) \
+		--out results/bench --name speculative-b10-$(VARIANT)
+
+speculative-b10-longer: $(STAMP) smollm2 ## speculative-b10-variant on a 240-step schedule (twice reproduce-cpu's; its export: the checkpoint of best full-path validation loss) -> results/bench/speculative-b10-240steps
+	$(MAKE) speculative-b10-variant VARIANT=240steps \
+		TRAIN_ARGS="trainer.max_steps=240 trainer.val_check_interval=80 callbacks.last_checkpoint.every_n_train_steps=80"
 
 SPEC_BENCH_RUN := outputs/spec_bench_smollm2
 SPEC_BENCH_DATA := outputs/data/spec_bench_distill
