@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -252,6 +252,9 @@ speculative-b10-variant: $(STAMP) smollm2 ## A variant of the 10-layer draft's t
 speculative-b10-longer: $(STAMP) smollm2 ## speculative-b10-variant on a 240-step schedule (twice reproduce-cpu's; its export: the checkpoint of best full-path validation loss) -> results/bench/speculative-b10-240steps
 	$(MAKE) speculative-b10-variant VARIANT=240steps \
 		TRAIN_ARGS="trainer.max_steps=240 trainer.val_check_interval=80 callbacks.last_checkpoint.every_n_train_steps=80"
+
+speculative-b10-draft-weight: $(STAMP) smollm2 ## speculative-b10-variant with the draft loss weighted 3 (schedule.draft_weight=3.0; 1.0 in speculative_b10) -> results/bench/speculative-b10-draft-weight-3
+	$(MAKE) speculative-b10-variant VARIANT=draft-weight-3 TRAIN_ARGS="schedule.draft_weight=3.0"
 
 SPEC_BENCH_RUN := outputs/spec_bench_smollm2
 SPEC_BENCH_DATA := outputs/data/spec_bench_distill
