@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-acceptance bench-spec-bench spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -255,6 +255,22 @@ speculative-b10-longer: $(STAMP) smollm2 ## speculative-b10-variant on a 240-ste
 
 speculative-b10-draft-weight: $(STAMP) smollm2 ## speculative-b10-variant with the draft loss weighted 3 (schedule.draft_weight=3.0; 1.0 in speculative_b10) -> results/bench/speculative-b10-draft-weight-3
 	$(MAKE) speculative-b10-variant VARIANT=draft-weight-3 TRAIN_ARGS="schedule.draft_weight=3.0"
+
+# Acceptance on more inputs than the speed runs: the 120- and 240-step drafts on the first 128
+# E2E test inputs, batch 1, k = 2, one timing each (no compiled generate), paired by input.
+SPEC_ACCEPTANCE := b10 b10_240steps
+speculative-b10-acceptance: $(STAMP) ## The 10-layer draft trained 120 and 240 steps (their exports from speculative-distill / speculative-b10-longer) on 128 E2E test inputs, batch 1, k = 2, compared input by input -> results/bench/speculative-b10-acceptance-128
+	@for r in $(SPEC_ACCEPTANCE); do test -f $(SPEC_BUDGETS_RUN)/$$r/train/export/skipdecode.json || \
+		{ echo "no $(SPEC_BUDGETS_RUN)/$$r/train/export: run make speculative-distill speculative-b10-longer first"; exit 2; }; done
+	@for r in $(SPEC_ACCEPTANCE); do \
+		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/$$r/train/export \
+			--workload dataset --prompts 128 --batch-sizes 1 --ks 2 --draft-budget 10 --draft-vocab 4096 \
+			--new-tokens 64 --repeats 1 --compile --no-transformers \
+			--out results/bench --name speculative-b10-acceptance-128-$$r $(ARGS) || exit 1; \
+	done
+	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
+		$(foreach r,$(SPEC_ACCEPTANCE),results/bench/speculative-b10-acceptance-128-$(r).json) --labels $(SPEC_ACCEPTANCE) \
+		--out results/bench --name speculative-b10-acceptance-128
 
 SPEC_BENCH_RUN := outputs/spec_bench_smollm2
 SPEC_BENCH_DATA := outputs/data/spec_bench_distill
