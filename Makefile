@@ -193,18 +193,20 @@ SPEC_BUDGETS_RUN := outputs/speculative_budgets
 # bench_speculative's protocol for a constant draft of budget $(1) on its E2E-trained model
 spec_draft_bench = --workload dataset --prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget $(1) \
 	--draft-vocab 4096 --new-tokens 64 --repeats 2 --compile
+# Train an E2E draft model once (seed 1; an existing export is kept): $(call train_e2e_draft,<run dir>,<schedule>)
+train_e2e_draft = test -f $(1)/train/export/skipdecode.json || \
+	$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=$(2) seed=1 \
+		hydra.run.dir=$(1)/train $(TRAIN_ARGS)
+# Time it by that protocol and keep its training record beside: $(call bench_e2e_draft,<run dir>,<budget>,<name>)
+bench_e2e_draft = $(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(1)/train/export \
+	$(call spec_draft_bench,$(2)) --out results/bench --name $(3) $(ARGS) && \
+	mkdir -p results/bench/$(3)/training && cp $(call training_record,$(1)/train) results/bench/$(3)/training/
 speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 trained on E2E with a constant 6/8/10/12-layer draft (joint, seed 1), each timed with its budget (16 E2E test inputs, compiled, batch 1/8/32, k 2/3/4) -> results/bench/speculative-budgets
 	@for b in $(SPEC_BUDGETS); do \
-		test -f $(SPEC_BUDGETS_RUN)/b$$b/train/export/skipdecode.json || \
-		$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=speculative_b$$b seed=1 \
-			hydra.run.dir=$(SPEC_BUDGETS_RUN)/b$$b/train $(TRAIN_ARGS) || exit 1; \
+		$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/b$$b,speculative_b$$b) || exit 1; \
 	done
 	@for b in $(SPEC_BUDGETS); do \
-		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b$$b/train/export \
-			$(call spec_draft_bench,$$b) --out results/bench --name speculative-budgets-b$$b $(ARGS) || exit 1; \
-		mkdir -p results/bench/speculative-budgets-b$$b/training && \
-		cp $(call training_record,$(SPEC_BUDGETS_RUN)/b$$b/train) \
-			results/bench/speculative-budgets-b$$b/training/ || exit 1; \
+		$(call bench_e2e_draft,$(SPEC_BUDGETS_RUN)/b$$b,$$b,speculative-budgets-b$$b) || exit 1; \
 	done
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
 		$(foreach b,$(SPEC_BUDGETS),results/bench/speculative-budgets-b$(b).json) \
@@ -216,16 +218,10 @@ speculative-budgets: $(STAMP) smollm2 ## Draft budget by measurement: SmolLM2 tr
 SPEC_DISTILL := b10 b10_distill
 speculative-distill: $(STAMP) smollm2 ## The draft distilled from the full model against the same 10-layer draft trained on the references (E2E, joint, seed 1), timed alike (16 E2E test inputs, compiled, batch 1/8/32, k 2/3/4) -> results/bench/speculative-distill
 	@for r in $(SPEC_DISTILL); do \
-		test -f $(SPEC_BUDGETS_RUN)/$$r/train/export/skipdecode.json || \
-		$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=speculative_$$r seed=1 \
-			hydra.run.dir=$(SPEC_BUDGETS_RUN)/$$r/train $(TRAIN_ARGS) || exit 1; \
+		$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/$$r,speculative_$$r) || exit 1; \
 	done
 	@for r in $(SPEC_DISTILL); do \
-		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/$$r/train/export \
-			$(call spec_draft_bench,10) --out results/bench --name speculative-distill-$$r $(ARGS) || exit 1; \
-		mkdir -p results/bench/speculative-distill-$$r/training && \
-		cp $(call training_record,$(SPEC_BUDGETS_RUN)/$$r/train) \
-			results/bench/speculative-distill-$$r/training/ || exit 1; \
+		$(call bench_e2e_draft,$(SPEC_BUDGETS_RUN)/$$r,10,speculative-distill-$$r) || exit 1; \
 	done
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
 		$(foreach r,$(SPEC_DISTILL),results/bench/speculative-distill-$(r).json) --labels $(SPEC_DISTILL) \
@@ -238,13 +234,8 @@ SPEC_VARIANT_RUN = $(SPEC_BUDGETS_RUN)/b10_$(VARIANT)
 speculative-b10-variant: $(STAMP) smollm2 ## A variant of the 10-layer draft's training (VARIANT=name TRAIN_ARGS="overrides"), timed as speculative-distill's runs, compared with its b10 run -> results/bench/speculative-b10-VARIANT
 	@test -n "$(VARIANT)" || { echo "VARIANT is empty; allowed: a name for the variant (with TRAIN_ARGS, its Hydra overrides)"; exit 2; }
 	@test -f results/bench/speculative-distill-b10.json || { echo "no results/bench/speculative-distill-b10.json: run make speculative-distill first"; exit 2; }
-	test -f $(SPEC_VARIANT_RUN)/train/export/skipdecode.json || \
-		$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=speculative_b10 seed=1 \
-			hydra.run.dir=$(SPEC_VARIANT_RUN)/train $(TRAIN_ARGS)
-	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_VARIANT_RUN)/train/export \
-		$(call spec_draft_bench,10) --out results/bench --name speculative-b10-$(VARIANT)-bench $(ARGS)
-	mkdir -p results/bench/speculative-b10-$(VARIANT)-bench/training
-	cp $(call training_record,$(SPEC_VARIANT_RUN)/train) results/bench/speculative-b10-$(VARIANT)-bench/training/
+	$(call train_e2e_draft,$(SPEC_VARIANT_RUN),speculative_b10)
+	$(call bench_e2e_draft,$(SPEC_VARIANT_RUN),10,speculative-b10-$(VARIANT)-bench)
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets results/bench/speculative-distill-b10.json \
 		results/bench/speculative-b10-$(VARIANT)-bench.json --labels b10 b10_$(VARIANT) \
 		--out results/bench --name speculative-b10-$(VARIANT)

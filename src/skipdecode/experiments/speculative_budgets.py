@@ -24,8 +24,8 @@ differ slightly from the table's (the median of whole-workload times).
     python -m skipdecode.experiments.speculative_budgets \\
         results/bench/speculative-budgets-b{6,8,10,12}.json \\
         --out results/bench --name speculative-budgets
-    python -m skipdecode.experiments.speculative_budgets \
-        results/bench/speculative-distill-b10-{labels,full}.json --labels b10 b10-distilled \
+    python -m skipdecode.experiments.speculative_budgets \\
+        results/bench/speculative-distill-b10{,_distill}.json --labels b10 b10_distill \\
         --out results/bench --name speculative-distill
 """
 
