@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 
 import pytest
@@ -145,3 +146,66 @@ def test_a_draft_budget_outside_the_model_is_refused_by_name(smollm2, capsys):
     with pytest.raises(SystemExit):
         spec_bench.main(["--draft-budget", "1", "--out", "unused"])
     assert "--draft-budget: 1 is not allowed (2 to 29 layers" in capsys.readouterr().err
+
+
+def _fake_answers(monkeypatch, calls, fail_at=None):
+    """``_answer`` without decoding: records (method's k, question id); raises at ``fail_at``."""
+
+    def answer(dec, schedule, question, new_tokens):
+        if question["question_id"] == fail_at:
+            raise KeyboardInterrupt  # the run is killed while answering this question
+        calls.append(question["question_id"])
+        n = len(question["turns"])
+        return {
+            "index": 0, "turns": ["an answer"] * n, "decoding_steps": [2] * n,
+            "new_tokens": [2] * n, "wall_time": [0.5] * n, "accept_lengths": [1, 1] * n,
+            "ids": [7, 8],
+        }  # fmt: skip
+
+    monkeypatch.setattr(spec_bench, "_answer", answer)
+
+
+def test_a_killed_run_resumes_from_its_journal_and_refuses_other_settings(
+    smollm2, monkeypatch, tmp_path
+):
+    from skipdecode.experiments.answer_journal import AnswerJournal
+
+    model, tokenizer = smollm2
+    questions = spec_bench.load_questions(per_task=1)[:3]
+    ids = [q["question_id"] for q in questions]
+    settings = {"ks": [2], "new_tokens": 4}
+    folder = tmp_path / "run.partial"
+    calls: list = []
+    _fake_answers(monkeypatch, calls, fail_at=ids[1])
+    with pytest.raises(KeyboardInterrupt):
+        spec_bench.run_spec_bench(
+            model, tokenizer, questions, ks=(2,), journal=AnswerJournal(folder, settings)
+        )
+    with open(folder / "answers.jsonl", "a") as f:
+        f.write('{"question_id": ')  # a line the kill cut off
+    calls.clear()
+    _fake_answers(monkeypatch, calls)
+    journal = AnswerJournal(folder, settings)
+    assert journal.answers(ids[0]) is not None and journal.answers(ids[1]) is None
+    answers = spec_bench.run_spec_bench(model, tokenizer, questions, ks=(2,), journal=journal)
+    # the warm-up (both methods) on the first question left, then only the questions left
+    assert calls == [ids[1]] * 2 + [ids[1]] * 2 + [ids[2]] * 2
+    assert [a["question_id"] for a in answers["speculative-k2"]] == ids
+    assert all(a["identical_to_plain"] for rows in answers.values() for a in rows)
+    lines = (folder / "answers.jsonl").read_text().splitlines()
+    assert [json.loads(line)["question_id"] for line in lines] == ids
+    with pytest.raises(ValueError, match=r"new_tokens: 4 there, 8 now"):
+        AnswerJournal(folder, {"ks": [2], "new_tokens": 8})
+    journal.remove()
+    assert not folder.exists()
+
+
+def test_main_writes_the_results_whole_and_then_drops_its_journal(smollm2, monkeypatch, tmp_path):
+    calls: list = []
+    _fake_answers(monkeypatch, calls)
+    argv = ["--per-task", "1", "--ks", "2", "--new-tokens", "4", "--out", str(tmp_path)]
+    spec_bench.main([*argv, "--name", "sb", "--no-progress"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sb", "sb.json", "sb.md"]
+    record = json.loads((tmp_path / "sb.json").read_text())
+    assert record["questions"] == 6 and record["resumed_questions"] == 0
+    assert len((tmp_path / "sb" / "speculative-k2.jsonl").read_text().splitlines()) == 6

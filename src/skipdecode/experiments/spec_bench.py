@@ -20,6 +20,11 @@ math_reasoning, rag, overall) the mean accepted tokens per step, tokens per seco
 over questions of new tokens / wall time, as Spec-Bench's ``speed.py``) and the speedup over
 plain.
 
+Answers are kept as they are made (``<out>/<name>.partial/``, :mod:`.answer_journal`): a killed
+run started again with the same arguments skips the questions it finished (each question's
+methods run back to back in one process, so its speedup pairs them still), and the results are
+written whole once every question is answered.
+
     python -m skipdecode.experiments.spec_bench --per-task 10 --new-tokens 128 --ks 4
     python -m skipdecode.experiments.spec_bench --model EXPORT --draft-budget 8 --compile
 """
@@ -40,6 +45,7 @@ from ..core.engine import SkipDecoder
 from ..io import write_text_atomic
 from ..progress import progress
 from ..schedules import FullSchedule, Schedule, build_schedule
+from .answer_journal import AnswerJournal
 from .bench_tables import add_run_options, load_bench_model, write_bench
 from .bench_workloads import ranked_draft_vocab, trained_dataset
 
@@ -152,11 +158,14 @@ def run_spec_bench(
     draft_budget: int | None = None,
     draft_vocab: Sequence[int] | None = None,
     compile: bool = False,
+    journal: AnswerJournal | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Answers per method (Spec-Bench's format, plus ``identical_to_plain``), methods
-    interleaved question by question after a warm-up on the first question. ``draft_budget``:
-    a constant draft plan of that many layers instead of the target plan; ``draft_vocab``: the
-    token ids every speculative method drafts over; ``compile``: the compiled decode path."""
+    interleaved question by question after a warm-up on the first question left to answer.
+    ``draft_budget``: a constant draft plan of that many layers instead of the target plan;
+    ``draft_vocab``: the token ids every speculative method drafts over; ``compile``: the
+    compiled decode path; ``journal``: keeps each question's answers as they are made and
+    supplies those of an earlier, killed run with the same settings."""
     dec = SkipDecoder(model, tokenizer, compile=compile)
     L = dec.num_layers
     draft: dict[str, Any] = {
@@ -177,25 +186,41 @@ def run_spec_bench(
         for method, schedule in methods.items():
             if method != "plain":
                 methods[method] = schedule.with_draft_vocab(list(draft_vocab))  # type: ignore[attr-defined]
-    for schedule in methods.values():  # warm-up
-        _answer(dec, schedule, questions[0], new_tokens)
+    held = (
+        {q["question_id"]: journal.answers(q["question_id"]) for q in questions} if journal else {}
+    )
+    left = [q for q in questions if held.get(q["question_id"]) is None]
+    for schedule in methods.values() if left else ():  # warm-up
+        _answer(dec, schedule, left[0], new_tokens)
     answers: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for q in progress(questions, "Spec-Bench questions", enabled=show_progress):
-        plain = None
-        for method, schedule in methods.items():
-            choice = _answer(dec, schedule, q, new_tokens)
-            ids = choice.pop("ids")
-            plain = ids if plain is None else plain
-            answers[method].append(
-                {
-                    "question_id": q["question_id"],
-                    "category": q["category"],
-                    "model_id": method,
-                    "choices": [choice],
-                    "identical_to_plain": ids == plain,
-                }
-            )
+        made = held.get(q["question_id"])
+        if made is None:
+            made = _answer_every_method(dec, methods, q, new_tokens)
+            if journal is not None:
+                journal.add(q["question_id"], made)
+        for method in methods:
+            answers[method].append(made[method])
     return answers
+
+
+def _answer_every_method(
+    dec: SkipDecoder, methods: dict[str, Schedule], question: dict[str, Any], new_tokens: int
+) -> dict[str, dict[str, Any]]:
+    """One question's answer per method, each checked against the first (plain) method's."""
+    made, plain = {}, None
+    for method, schedule in methods.items():
+        choice = _answer(dec, schedule, question, new_tokens)
+        ids = choice.pop("ids")
+        plain = ids if plain is None else plain
+        made[method] = {
+            "question_id": question["question_id"],
+            "category": question["category"],
+            "model_id": method,
+            "choices": [choice],
+            "identical_to_plain": ids == plain,
+        }
+    return made
 
 
 def tokens_per_second(choice: dict[str, Any]) -> float:
@@ -305,9 +330,16 @@ def main(argv: list[str] | None = None) -> None:
             if trained is not None
             else "the tokenizer's first ids"
         )
+    # what defines the answers: a killed run resumes only with the same (not --out/--progress)
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "name", "progress")}
+    try:
+        journal = AnswerJournal(args.out / f"{args.name}.partial", settings)
+    except ValueError as err:
+        p.error(str(err))
+    resumed = sum(1 for q in questions if journal.answers(q["question_id"]) is not None)
     answers = run_spec_bench(
         model, tokenizer, questions, args.ks, args.draft_speedup, args.new_tokens,
-        args.auto_off, args.progress, args.draft_budget, vocab, args.compile,
+        args.auto_off, args.progress, args.draft_budget, vocab, args.compile, journal,
     )  # fmt: skip
     rows = summarize(answers)
     folder = args.out / args.name
@@ -317,8 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "args": vars(args), "model": str(path), "questions": len(questions), "rows": rows,
         "draft_vocab_from": vocab_from, "draft_vocab_size": len(vocab) if vocab else None,
+        "resumed_questions": resumed,  # answered (and timed) by an earlier, killed run
     }  # fmt: skip
     write_bench(args.out, args.name, payload, spec_bench_table(rows))
+    journal.remove()
 
 
 if __name__ == "__main__":
