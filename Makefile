@@ -316,9 +316,11 @@ bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 quest
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \
 		--out results/bench --name spec-bench-smollm2 $(ARGS)
 
-spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2; resumes a killed run (about 1.5 h on 2 cores) -> results/bench/spec-bench-480-b8-base
+spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (about 1.5 h on 2 cores) -> results/bench/spec-bench-480-b8-base{,-intervals}
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --new-tokens 96 --ks 2 --draft-budget 8 \
 		--draft-vocab 4096 --out results/bench --name spec-bench-480-b8-base $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-480-b8-base \
+		--method speculative-k2 --out results/bench --name spec-bench-480-b8-base-intervals
 
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \

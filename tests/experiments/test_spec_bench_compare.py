@@ -113,3 +113,31 @@ def test_main_writes_the_table_and_record_and_names_what_is_missing(tmp_path, ca
     (tmp_path / "tuned" / "plain.jsonl").unlink()
     with pytest.raises(spec_bench_compare.SpecBenchCompareError, match=r"system: .*no plain"):
         spec_bench_compare.load_run(tmp_path / "tuned", METHOD, "system")
+
+
+def test_one_run_against_its_own_plain_decoding_per_task_with_intervals(tmp_path):
+    result = spec_bench_compare.method_intervals(BASE, METHOD, resamples=300)
+    answers = {"plain": BASE["plain"], METHOD: BASE[METHOD]}
+    summary = {r["task"]: r for r in spec_bench.summarize(answers) if r["method"] == METHOD}
+    assert [t["task"] for t in result["tasks"]] == [
+        "mt_bench", "translation", "qa", "rag", "overall"
+    ]  # fmt: skip
+    for t in result["tasks"]:
+        assert t["questions"] == summary[t["task"]]["questions"]
+        for name in ("mean_accepted_tokens", "speedup"):
+            m = t[name]
+            assert m["delta"] == pytest.approx(summary[t["task"]][name])
+            assert m["ci95_low"] <= m["delta"] <= m["ci95_high"]
+            if t["questions"] == 1:  # one question: every draw is that question
+                assert m["ci95_low"] == pytest.approx(m["ci95_high"])
+    overall = result["tasks"][-1]
+    assert overall["speedup"]["ci95_low"] < overall["speedup"]["ci95_high"]
+    assert overall["mean_accepted_tokens"]["delta"] == pytest.approx(13 / 11)
+    _write(tmp_path / "base", BASE)
+    spec_bench_compare.main(
+        [str(tmp_path / "base"), "--method", METHOD, "--out", str(tmp_path), "--name", "one",
+         "--resamples", "50"]
+    )  # fmt: skip
+    table = (tmp_path / "one.md").read_text()
+    assert "| overall | 4 | 1.182 [" in table and "turn identical to the plain turn: True" in table
+    assert json.loads((tmp_path / "one.json").read_text())["run"] == str(tmp_path / "base")

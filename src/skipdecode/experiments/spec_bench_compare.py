@@ -13,9 +13,15 @@ difference in acceptance mixes a better draft with text that is easier to draft.
 The runs must have decoded the same questions with the same decoding settings (read from the
 ``<name>.json`` record beside each ``<name>/`` folder).
 
+Given one run, the method is set against that run's own plain decoding instead: per task and
+overall, its mean accepted tokens per step and speedup with 95% bootstrap intervals over the
+task's questions (:func:`method_intervals`).
+
     python -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-base \\
         results/bench/spec-bench-b8-finetuned --method speculative-k2 \\
         --out results/bench --name spec-bench-b8-compare
+    python -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-480-b8-base \\
+        --method speculative-k2 --out results/bench --name spec-bench-480-b8-base-intervals
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from ..io import read_jsonl
 from .bench_tables import write_bench
 from .spec_bench import TASKS, task_of, tokens_per_second
 
-__all__ = ["SpecBenchCompareError", "compare_runs", "compare_table", "load_run", "main"]
+__all__ = [
+    "SpecBenchCompareError", "compare_runs", "compare_table", "intervals_table", "load_run",
+    "main", "method_intervals",
+]  # fmt: skip
 
 #: Decoding settings two compared runs must share (``spec_bench``'s arguments).
 SHARED_SETTINGS = (
@@ -258,16 +267,95 @@ def compare_table(result: dict[str, Any], labels: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+def method_intervals(
+    run: dict[str, Any],
+    method: str,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
+    """One run's ``method`` against its own plain decoding: per task and overall, the mean
+    accepted tokens per step and the speedup, each with the 2.5th/97.5th percentiles over the
+    task's questions drawn with replacement (the same draws for both measures)."""
+    if resamples < 1:
+        raise SpecBenchCompareError(f"--resamples: {resamples}; allowed: an integer >= 1")
+    ids = [a["question_id"] for a in run[method]]
+    if not ids:
+        raise SpecBenchCompareError(f"--method: the run's {method}.jsonl holds no questions")
+    stats = _question_stats(run, method, ids, "run")
+    category = {a["question_id"]: a["category"] for a in run[method]}
+    tasks = [task_of(category[q]) for q in ids]
+    rng = np.random.default_rng(seed)
+    out = []
+    for task in (*TASKS, "overall"):
+        rows = np.array([i for i, t in enumerate(tasks) if task in (t, "overall")])
+        if not rows.size:
+            continue
+        observed = stats.measures(rows)
+        drawn = stats.measures(rows[rng.integers(0, rows.size, size=(resamples, rows.size))])
+        measured = {
+            name: percentile_interval(float(observed[name]), drawn[name]) for name in MEASURES
+        }
+        out.append({"task": task, "questions": int(rows.size)} | measured)
+    return {
+        "method": method,
+        "questions": len(ids),
+        "tasks": out,
+        "identical_to_plain": all(a.get("identical_to_plain", False) for a in run[method]),
+        "settings": {
+            "resamples": resamples,
+            "seed": seed,
+            "interval": "2.5th-97.5th percentile over the task's questions drawn with "
+            "replacement; one timing per question, so timing noise between runs is not sampled",
+        },
+    }
+
+
+def intervals_table(result: dict[str, Any]) -> str:
+    """Markdown: per task, the method's measures against plain with their intervals."""
+    lines = [
+        f"{result['method']} against plain decoding of the same run, {result['questions']} "
+        "questions (95% bootstrap intervals over each task's questions; one timing per question)\n",
+        "| task | questions | mean accepted tokens per step [95% interval] "
+        "| speedup over plain [95% interval] |",
+        "|---|---|---|---|",
+    ]
+    for t in result["tasks"]:
+        a, v = t["mean_accepted_tokens"], t["speedup"]
+        lines.append(
+            f"| {t['task']} | {t['questions']} | {a['delta']:.3f} [{a['ci95_low']:.3f}, "
+            f"{a['ci95_high']:.3f}] | {v['delta']:.3f}x [{v['ci95_low']:.3f}, {v['ci95_high']:.3f}] |"
+        )
+    lines.append(
+        f"\nEvery {result['method']} turn identical to the plain turn: "
+        f"{result['identical_to_plain']}.\n"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("baseline", type=Path, help="spec_bench output folder of the baseline run")
-    p.add_argument("system", type=Path, help="spec_bench output folder of the compared run")
+    p.add_argument(
+        "system", type=Path, nargs="?", default=None,
+        help="spec_bench output folder of the compared run (left out: the baseline run's "
+        "method against its own plain decoding, per task with intervals)",
+    )  # fmt: skip
     p.add_argument("--method", required=True, help="method both runs hold, e.g. speculative-k2")
     p.add_argument("--labels", nargs=2, default=None, help="names of the two runs in the table")
     p.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES)
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     p.add_argument("--name", default="spec-bench-compare")
     args = p.parse_args(argv)
+    if args.system is None:
+        try:
+            result = method_intervals(
+                load_run(args.baseline, args.method), args.method, args.resamples
+            )
+        except SpecBenchCompareError as err:
+            p.error(str(err))
+        payload = {"args": vars(args), "run": str(args.baseline)}
+        write_bench(args.out, args.name, {**payload, **result}, intervals_table(result))
+        return
     labels = tuple(args.labels or (args.baseline.name, args.system.name))
     try:
         baseline = load_run(args.baseline, args.method, "baseline")
