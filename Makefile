@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -316,11 +316,20 @@ bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 quest
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \
 		--out results/bench --name spec-bench-smollm2 $(ARGS)
 
-spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (about 1.5 h on 2 cores) -> results/bench/spec-bench-480-b8-base{,-intervals}
+# base SmolLM2 on Spec-Bench, plain and a constant 8-layer draft at k = 2, then the draft against
+# plain per task with bootstrap intervals (1: the run's name; 2: spec_bench's question options)
+define spec_bench_base
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --new-tokens 96 --ks 2 --draft-budget 8 \
-		--draft-vocab 4096 --out results/bench --name spec-bench-480-b8-base $(ARGS)
-	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-480-b8-base \
-		--method speculative-k2 --out results/bench --name spec-bench-480-b8-base-intervals
+		--draft-vocab 4096 --out results/bench --name $(1) $(2) $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/$(1) \
+		--method speculative-k2 --out results/bench --name $(1)-intervals
+endef
+
+spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (about 2.7 h on 2 cores) -> results/bench/spec-bench-480-b8-base{,-intervals}
+	$(call spec_bench_base,spec-bench-480-b8-base,)
+
+spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no general fine-tune trains on (the first 40 of each task; about 1.3 h on 2 cores) -> results/bench/spec-bench-240-b8-base{,-intervals}
+	$(call spec_bench_base,spec-bench-240-b8-base,--per-task 40)
 
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \
