@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -190,9 +190,11 @@ SPEC_BUDGETS := 6 8 10 12
 # A training run's record, as results keep it beside a benchmark: $(call training_record,<run dir>)
 training_record = $(addprefix $(1)/,csv/metrics.csv run_info.json config_resolved.yaml)
 SPEC_BUDGETS_RUN := outputs/speculative_budgets
-# bench_speculative's protocol for a constant draft of budget $(1) on its E2E-trained model
+# bench_speculative's protocol for a constant draft of budget $(1) on its E2E-trained model (its
+# bottom DRAFT_WARMUP layers and the top ones, the shape it was trained with)
+DRAFT_WARMUP ?= 1
 spec_draft_bench = --workload dataset --prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget $(1) \
-	--draft-vocab 4096 --new-tokens 64 --repeats 2 --compile
+	--draft-warmup $(DRAFT_WARMUP) --draft-vocab 4096 --new-tokens 64 --repeats 2 --compile
 # Train an E2E draft model once (seed 1; an existing export is kept): $(call train_e2e_draft,<run dir>,<schedule>)
 train_e2e_draft = test -f $(1)/train/export/skipdecode.json || \
 	$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=$(2) seed=1 \
@@ -246,6 +248,17 @@ speculative-b10-longer: $(STAMP) smollm2 ## speculative-b10-variant on a 240-ste
 
 speculative-b10-draft-weight: $(STAMP) smollm2 ## speculative-b10-variant with the draft loss weighted 3 (schedule.draft_weight=3.0; 1.0 in speculative_b10) -> results/bench/speculative-b10-draft-weight-3
 	$(MAKE) speculative-b10-variant VARIANT=draft-weight-3 TRAIN_ARGS="schedule.draft_weight=3.0"
+
+speculative-b10-warmup: $(STAMP) smollm2 ## speculative-b10-variant with the draft's 10 layers split evenly, the bottom 5 and the top 5 (the bottom 1 and the top 9 in speculative_b10), then its acceptance on speculative-b10-acceptance's 128 inputs against the b10 run there -> results/bench/speculative-b10-warmup-5{,-acceptance-128}
+	$(MAKE) speculative-b10-variant VARIANT=warmup-5 DRAFT_WARMUP=5 TRAIN_ARGS="schedule.draft.warmup_layers=5"
+	@test -f results/bench/speculative-b10-acceptance-128-b10.json || { echo "no results/bench/speculative-b10-acceptance-128-b10.json: run make speculative-b10-acceptance first"; exit 2; }
+	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b10_warmup-5/train/export \
+		--workload dataset --prompts 128 --batch-sizes 1 --ks 2 --draft-budget 10 --draft-warmup 5 \
+		--draft-vocab 4096 --new-tokens 64 --repeats 1 --compile --no-transformers \
+		--out results/bench --name speculative-b10-acceptance-128-b10_warmup-5 $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets results/bench/speculative-b10-acceptance-128-b10.json \
+		results/bench/speculative-b10-acceptance-128-b10_warmup-5.json --labels b10 b10_warmup-5 \
+		--out results/bench --name speculative-b10-warmup-5-acceptance-128
 
 # Acceptance on more inputs than the speed runs: the 120- and 240-step drafts on the first 128
 # E2E test inputs, batch 1, k = 2, one timing each (no compiled generate), paired by input.

@@ -96,12 +96,14 @@ def bench_speculative(
     compile: bool = False,
     draft_budget: int | None = None,
     draft_vocab: int | None = None,
+    draft_warmup: int = 1,
 ) -> dict[str, Any]:
     """One batch size: every variant over the whole workload, interleaved, median of
     ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
     drafts over N tokens (the workload's :meth:`~.bench_workloads.Workload.draft_vocab`: the
     training targets' most frequent, or the tokenizer's first ids). ``draft_budgets``: the
-    largest k with a constant draft of b layers (warm-up layer plus the top b - 1).
+    largest k with a constant draft of b layers (``draft_warmup`` bottom layers plus the top
+    b - ``draft_warmup``; default: the bottom layer and the top b - 1).
     ``auto_off``: the largest k again, turning itself off where it does not pay. ``compile``:
     every variant on the compiled decode path. ``workload``: the prompts (default: every chat
     prompt). ``draft_budget``: the ``k`` variants draft with a constant plan of that many layers
@@ -116,7 +118,7 @@ def bench_speculative(
         "name": "target", "target_speedup": draft_speedup, "expected_length": new_tokens
     }  # fmt: skip
     if draft_budget is not None:
-        draft = {"name": "budgets", "budgets": [draft_budget], "warmup_layers": 1}
+        draft = {"name": "budgets", "budgets": [draft_budget], "warmup_layers": draft_warmup}
     schedules: dict[str, Schedule] = {"skipdecode-full": FullSchedule(L)}
     for k in ks:
         schedules[f"speculative-k{k}"] = build_schedule(
@@ -125,7 +127,7 @@ def bench_speculative(
     k_max = max(ks)
     largest = f"speculative-k{k_max}"
     for b in draft_budgets:
-        constant = {"name": "budgets", "budgets": [b], "warmup_layers": 1}
+        constant = {"name": "budgets", "budgets": [b], "warmup_layers": draft_warmup}
         schedules[f"{largest}-b{b}"] = build_schedule(
             {"name": "speculative", "draft": constant, "k": k_max}, L, new_tokens
         )
@@ -321,6 +323,13 @@ def main(argv: list[str] | None = None) -> None:
         help="the k variants draft with a constant plan of b layers (default: the target plan)",
     )
     p.add_argument(
+        "--draft-warmup",
+        type=int,
+        default=1,
+        help="bottom layers of every constant draft (--draft-budget, --draft-budgets); the rest "
+        "of its budget are the top layers (default 1: the shape speculative_b8/b10 train)",
+    )
+    p.add_argument(
         "--draft-vocab",
         type=int,
         default=None,
@@ -362,6 +371,13 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
     if args.draft_budget is not None and args.draft_budget < 2:
         p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
+    budgets = [*args.draft_budgets, *([args.draft_budget] if args.draft_budget else [])]
+    if not 1 <= args.draft_warmup < min(budgets, default=args.draft_warmup + 1):
+        p.error(
+            f"--draft-warmup: {args.draft_warmup} is not allowed (1 to one less than the "
+            f"smallest constant draft budget, {min(budgets, default=None)}: a draft keeps at "
+            "least one top layer)"
+        )
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
     try:
         workload = load_workload(args.workload, tokenizer, args.prompts, path)
@@ -384,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
             args.compile,
             args.draft_budget,
             args.draft_vocab,
+            args.draft_warmup,
         )
         cell["model"] = str(path)
         cells.append(cell)
