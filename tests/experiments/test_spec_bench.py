@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -201,11 +202,26 @@ def test_a_killed_run_resumes_from_its_journal_and_refuses_other_settings(
 
 
 def test_main_writes_the_results_whole_and_then_drops_its_journal(smollm2, monkeypatch, tmp_path):
+    """The results once every question is answered, the journal removed, and the provenance of
+    the code the run started with (not of whatever is checked out when it ends)."""
+    from skipdecode import provenance
+
     calls: list = []
     _fake_answers(monkeypatch, calls)
     argv = ["--per-task", "1", "--ks", "2", "--new-tokens", "4", "--out", str(tmp_path)]
+    stamps = []
+    write_bench = spec_bench.write_bench
+
+    def write_late(*args, **kwargs):  # the record is written a second after the run started
+        time.sleep(1.1)
+        stamps.append(provenance.provenance()["timestamp_utc"])
+        return write_bench(*args, **kwargs)
+
+    monkeypatch.setattr(spec_bench, "write_bench", write_late)
     spec_bench.main([*argv, "--name", "sb", "--no-progress"])
+    (started_before_write,) = stamps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sb", "sb.json", "sb.md"]
     record = json.loads((tmp_path / "sb.json").read_text())
     assert record["questions"] == 6 and record["resumed_questions"] == 0
+    assert record["provenance"]["timestamp_utc"] < started_before_write  # taken at the start
     assert len((tmp_path / "sb" / "speculative-k2.jsonl").read_text().splitlines()) == 6

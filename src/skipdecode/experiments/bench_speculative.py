@@ -45,6 +45,7 @@ import torch
 
 from ..core.engine import SkipDecoder
 from ..progress import progress
+from ..provenance import provenance
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import add_run_options, cell_text, load_bench_model, write_bench
 from .bench_workloads import CHAT_PROMPTS, WORKLOADS, Workload, load_workload
@@ -355,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
+    started = provenance()  # the code this run imports, recorded as such
     for n in args.draft_vocabs:
         if n < 1:
             p.error(f"--draft-vocabs: {n} is not allowed (a number of tokens >= 1)")
@@ -405,7 +407,8 @@ def main(argv: list[str] | None = None) -> None:
         cell["model"] = str(path)
         cells.append(cell)
         print(speculative_table([cell]), flush=True)
-    write_bench(args.out, args.name, {"args": vars(args), "cells": cells}, speculative_table(cells))
+    payload = {"args": vars(args), "cells": cells}
+    write_bench(args.out, args.name, payload, speculative_table(cells), started)
 
 
 if __name__ == "__main__":

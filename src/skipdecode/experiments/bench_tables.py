@@ -52,13 +52,21 @@ def cell_text(value: Any, fmt: str = "{:.2f}") -> str:
     return fmt.format(value) if value is not None else ""
 
 
-def write_bench(out: Path, stem: str, payload: dict[str, Any], table: str) -> None:
+def write_bench(
+    out: Path,
+    stem: str,
+    payload: dict[str, Any],
+    table: str,
+    started: dict[str, Any] | None = None,
+) -> None:
     """``<out>/<stem>.json`` (``payload`` with the arguments as strings and the provenance) and
-    ``<out>/<stem>.md`` (``table``); prints the table and where they went."""
+    ``<out>/<stem>.md`` (``table``); prints the table and where they went. ``started``: the
+    provenance taken when the run began (a long run's code is the one it imported then, whatever
+    was committed while it ran); without it, the provenance now."""
     out.mkdir(parents=True, exist_ok=True)
     payload = dict(payload)
     payload["args"] = {k: str(v) for k, v in (payload.get("args") or {}).items()}
-    write_json_atomic(out / f"{stem}.json", {**payload, "provenance": provenance()})
+    write_json_atomic(out / f"{stem}.json", {**payload, "provenance": started or provenance()})
     (out / f"{stem}.md").write_text(table)
     print(table)
     print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")

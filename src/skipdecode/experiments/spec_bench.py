@@ -44,6 +44,7 @@ import torch
 from ..core.engine import SkipDecoder
 from ..io import write_text_atomic
 from ..progress import progress
+from ..provenance import provenance
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .answer_journal import AnswerJournal
 from .bench_tables import add_run_options, load_bench_model, write_bench
@@ -295,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compile", action="store_true", help="the compiled decode path")
     add_run_options(p, name="spec-bench")
     args = p.parse_args(argv)
+    started = provenance()  # the code this run imports, recorded as such
     for name, values in (("--ks", args.ks), ("--new-tokens", [args.new_tokens])):
         for v in values:
             if v < 1:
@@ -330,8 +332,10 @@ def main(argv: list[str] | None = None) -> None:
             if trained is not None
             else "the tokenizer's first ids"
         )
-    # what defines the answers: a killed run resumes only with the same (not --out/--progress)
+    # what defines the answers: a killed run resumes only with the same arguments (not
+    # --out/--progress) and the same code
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "name", "progress")}
+    settings["code"] = {k: started["git"].get(k) for k in ("commit", "dirty", "diff_sha256")}
     try:
         journal = AnswerJournal(args.out / f"{args.name}.partial", settings)
     except ValueError as err:
@@ -351,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         "draft_vocab_from": vocab_from, "draft_vocab_size": len(vocab) if vocab else None,
         "resumed_questions": resumed,  # answered (and timed) by an earlier, killed run
     }  # fmt: skip
-    write_bench(args.out, args.name, payload, spec_bench_table(rows))
+    write_bench(args.out, args.name, payload, spec_bench_table(rows), started)
     journal.remove()
 
 
