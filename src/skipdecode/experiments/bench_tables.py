@@ -1,5 +1,6 @@
-"""Markdown tables of benchmark results (decode: per variant and the cost split; training), the
-one way a benchmark writes them, and the command-line options every benchmark shares."""
+"""Markdown tables of benchmark results (decode: per variant and the cost split; the lossless
+mode: acceptance and the round's cost split; training), the one way a benchmark writes them,
+and the command-line options every benchmark shares."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import torch
 from ..io import write_json_atomic
 from ..provenance import provenance
 
-__all__ = ["add_run_options", "cell_text", "decode_table", "train_table", "write_bench"]
+__all__ = [
+    "add_run_options", "cell_text", "decode_table", "speculative_table", "train_table",
+    "write_bench",
+]  # fmt: skip
 
 
 def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
@@ -133,5 +137,46 @@ def train_table(cells: list[dict[str, Any]]) -> str:
             out.append(
                 f"| {c['shape']} | {c['batch_size']} | {name} | {r['step_ms']:.1f} | "
                 f"{r['tokens_per_s']:.0f} | {r['speedup_vs_full']:.2f} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def speculative_table(cells: list[dict[str, Any]]) -> str:
+    """Per variant: acceptance (overall; per draft budget, highest first), tokens per verify,
+    the round's cost split in full decode steps, the speedup it predicts and the measured one."""
+    out = [
+        "| model | path | batch | variant | acceptance | by draft budget | tokens/verify | "
+        "drafts/round | draft pass (head share) | verify | accept + bookkeeping | "
+        "predicted | measured vs full | ms/step of full | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        for name, r in c["variants"].items():
+            cost = r.get("cost") or {}
+            budgets = " ".join(
+                f"{b}:{v:.2f}" for b, v in (r.get("acceptance_by_budget") or {}).items()
+                if v is not None
+            )  # fmt: skip
+            draft = cell_text(cost.get("draft_pass"))
+            if cost.get("head_share_of_draft") is not None:
+                draft += f" ({cost['head_share_of_draft']:.0%})"
+            other = None
+            if cost:
+                other = cost["accept_per_round"] + cost["bookkeeping_per_round"]
+            label = name + (" (chosen)" if r.get("chosen") else "")
+            if name.endswith("-auto"):
+                off = r.get("turned_off", 0) + r.get("started_off", 0)
+                label += f" (off in {off}/{c['batches']} batches)"
+            out.append(
+                f"| {Path(c['model']).name} | {'compiled' if c.get('compiled') else 'eager'} | "
+                f"{c['batch_size']} | {label} | "
+                f"{cell_text(r.get('acceptance_rate'))} | {budgets} | "
+                f"{cell_text(r.get('tokens_per_verify'))} | "
+                f"{cell_text(cost.get('drafts_per_round'))} | {draft} | "
+                f"{cell_text(cost.get('verify_per_round'))} | {cell_text(other)} | "
+                f"{cell_text(cost.get('predicted_speedup'), '{:.2f}x')} | "
+                f"{cell_text(r.get('speedup_vs_full'), '{:.2f}x')} | "
+                f"{cell_text(r.get('ms_per_step_of_full'))} | "
+                f"{r.get('identical_to_full', '')} |"
             )
     return "\n".join(out) + "\n"
