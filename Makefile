@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -195,9 +195,10 @@ SPEC_BUDGETS_RUN := outputs/speculative_budgets
 DRAFT_WARMUP ?= 1
 spec_draft_bench = --workload dataset --prompts 16 --batch-sizes 1 8 32 --ks 2 3 4 --draft-budget $(1) \
 	--draft-warmup $(DRAFT_WARMUP) --draft-vocab 4096 --new-tokens 64 --repeats 2 --compile
-# Train an E2E draft model once (seed 1; an existing export is kept): $(call train_e2e_draft,<run dir>,<schedule>)
+# Train an E2E draft model once (seed DRAFT_SEED; an existing export is kept): $(call train_e2e_draft,<run dir>,<schedule>)
+DRAFT_SEED ?= 1
 train_e2e_draft = test -f $(1)/train/export/skipdecode.json || \
-	$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=$(2) seed=1 \
+	$(OFFLINE) $(PY) -m skipdecode.train experiment=e2e_smollm2 schedule=$(2) seed=$(DRAFT_SEED) \
 		hydra.run.dir=$(1)/train $(TRAIN_ARGS)
 # Time it by that protocol and keep its training record beside: $(call bench_e2e_draft,<run dir>,<budget>,<name>)
 bench_e2e_draft = $(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(1)/train/export \
@@ -251,14 +252,28 @@ speculative-b10-draft-weight: $(STAMP) smollm2 ## speculative-b10-variant with t
 
 speculative-b10-warmup: $(STAMP) smollm2 ## speculative-b10-variant with the draft's 10 layers split evenly, the bottom 5 and the top 5 (the bottom 1 and the top 9 in speculative_b10), then its acceptance on speculative-b10-acceptance's 128 inputs against the b10 run there -> results/bench/speculative-b10-warmup-5{,-acceptance-128}
 	$(MAKE) speculative-b10-variant VARIANT=warmup-5 DRAFT_WARMUP=5 TRAIN_ARGS="schedule.draft.warmup_layers=5"
-	@test -f results/bench/speculative-b10-acceptance-128-b10.json || { echo "no results/bench/speculative-b10-acceptance-128-b10.json: run make speculative-b10-acceptance first"; exit 2; }
-	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b10_warmup-5/train/export \
-		--workload dataset --prompts 128 --batch-sizes 1 --ks 2 --draft-budget 10 --draft-warmup 5 \
-		--draft-vocab 4096 --new-tokens 64 --repeats 1 --compile --no-transformers \
-		--out results/bench --name speculative-b10-acceptance-128-b10_warmup-5 $(ARGS)
+	$(call acceptance_against_b10,b10_warmup-5,5,speculative-b10-warmup-5-acceptance-128)
+
+speculative-b10-seed: DRAFT_SEED = 2
+speculative-b10-seed: $(STAMP) smollm2 ## speculative_b10 trained again with seed 2, its acceptance on speculative-b10-acceptance's 128 inputs against the seed-1 run there: how far a training seed moves tokens per verify -> results/bench/speculative-b10-seed-2-acceptance-128
+	$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/b10_seed-2,speculative_b10)
+	$(call acceptance_against_b10,b10_seed-2,1,speculative-b10-seed-2-acceptance-128)
+
+# A 10-layer draft's acceptance on the first 128 E2E test inputs, batch 1, k = 2, one timing, no
+# compiled generate: $(call acceptance_128,<run under SPEC_BUDGETS_RUN>,<warm-up layers>)
+acceptance_128 = $(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative \
+	--model $(SPEC_BUDGETS_RUN)/$(1)/train/export --workload dataset --prompts 128 --batch-sizes 1 --ks 2 \
+	--draft-budget 10 --draft-warmup $(2) --draft-vocab 4096 --new-tokens 64 --repeats 1 --compile \
+	--no-transformers --out results/bench --name speculative-b10-acceptance-128-$(1) $(ARGS)
+# ... and compared input by input with the seed-1 b10 run's (make speculative-b10-acceptance):
+# $(call acceptance_against_b10,<run>,<warm-up layers>,<name>)
+define acceptance_against_b10
+	@test -f results/bench/speculative-b10-acceptance-128-b10.json || \
+		{ echo "no results/bench/speculative-b10-acceptance-128-b10.json: run make speculative-b10-acceptance first"; exit 2; }
+	$(call acceptance_128,$(1),$(2))
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets results/bench/speculative-b10-acceptance-128-b10.json \
-		results/bench/speculative-b10-acceptance-128-b10_warmup-5.json --labels b10 b10_warmup-5 \
-		--out results/bench --name speculative-b10-warmup-5-acceptance-128
+		results/bench/speculative-b10-acceptance-128-$(1).json --labels b10 $(1) --out results/bench --name $(3)
+endef
 
 # Acceptance on more inputs than the speed runs: the 120- and 240-step drafts on the first 128
 # E2E test inputs, batch 1, k = 2, one timing each (no compiled generate), paired by input.
@@ -266,12 +281,7 @@ SPEC_ACCEPTANCE := b10 b10_240steps
 speculative-b10-acceptance: $(STAMP) ## The 10-layer draft trained 120 and 240 steps (their exports from speculative-distill / speculative-b10-longer) on 128 E2E test inputs, batch 1, k = 2, compared input by input -> results/bench/speculative-b10-acceptance-128
 	@for r in $(SPEC_ACCEPTANCE); do test -f $(SPEC_BUDGETS_RUN)/$$r/train/export/skipdecode.json || \
 		{ echo "no $(SPEC_BUDGETS_RUN)/$$r/train/export: run make speculative-distill speculative-b10-longer first"; exit 2; }; done
-	@for r in $(SPEC_ACCEPTANCE); do \
-		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/$$r/train/export \
-			--workload dataset --prompts 128 --batch-sizes 1 --ks 2 --draft-budget 10 --draft-vocab 4096 \
-			--new-tokens 64 --repeats 1 --compile --no-transformers \
-			--out results/bench --name speculative-b10-acceptance-128-$$r $(ARGS) || exit 1; \
-	done
+	@for r in $(SPEC_ACCEPTANCE); do $(call acceptance_128,$$r,1) || exit 1; done
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets \
 		$(foreach r,$(SPEC_ACCEPTANCE),results/bench/speculative-b10-acceptance-128-$(r).json) --labels $(SPEC_ACCEPTANCE) \
 		--out results/bench --name speculative-b10-acceptance-128
