@@ -251,11 +251,13 @@ speculative-b10-draft-weight: $(STAMP) smollm2 ## speculative-b10-variant with t
 	$(MAKE) speculative-b10-variant VARIANT=draft-weight-3 TRAIN_ARGS="schedule.draft_weight=3.0"
 
 speculative-b10-warmup: $(STAMP) smollm2 ## speculative-b10-variant with the draft's 10 layers split evenly, the bottom 5 and the top 5 (the bottom 1 and the top 9 in speculative_b10), then its acceptance on speculative-b10-acceptance's 128 inputs against the b10 run there -> results/bench/speculative-b10-warmup-5{,-acceptance-128}
+	$(need_b10_acceptance)
 	$(MAKE) speculative-b10-variant VARIANT=warmup-5 DRAFT_WARMUP=5 TRAIN_ARGS="schedule.draft.warmup_layers=5"
 	$(call acceptance_against_b10,b10_warmup-5,5,speculative-b10-warmup-5-acceptance-128)
 
 speculative-b10-seed: DRAFT_SEED = 2
 speculative-b10-seed: $(STAMP) smollm2 ## speculative_b10 trained again with seed 2, its acceptance on speculative-b10-acceptance's 128 inputs against the seed-1 run there: how far a training seed moves tokens per verify -> results/bench/speculative-b10-seed-2-acceptance-128
+	$(need_b10_acceptance)
 	$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/b10_seed-2,speculative_b10)
 	$(call acceptance_against_b10,b10_seed-2,1,speculative-b10-seed-2-acceptance-128)
 
@@ -267,9 +269,10 @@ acceptance_128 = $(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative \
 	--no-transformers --out results/bench --name speculative-b10-acceptance-128-$(1) $(ARGS)
 # ... and compared input by input with the seed-1 b10 run's (make speculative-b10-acceptance):
 # $(call acceptance_against_b10,<run>,<warm-up layers>,<name>)
+# (checked before the training: $(need_b10_acceptance))
+need_b10_acceptance = @test -f results/bench/speculative-b10-acceptance-128-b10.json || \
+	{ echo "no results/bench/speculative-b10-acceptance-128-b10.json: run make speculative-b10-acceptance first"; exit 2; }
 define acceptance_against_b10
-	@test -f results/bench/speculative-b10-acceptance-128-b10.json || \
-		{ echo "no results/bench/speculative-b10-acceptance-128-b10.json: run make speculative-b10-acceptance first"; exit 2; }
 	$(call acceptance_128,$(1),$(2))
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets results/bench/speculative-b10-acceptance-128-b10.json \
 		results/bench/speculative-b10-acceptance-128-$(1).json --labels b10 $(1) --out results/bench --name $(3)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "cpu_model", "provenance"]
+__all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "cpu_model", "package_code", "provenance"]
 
 #: A dirty checkout's diff is kept whole in the record up to this size (else its sha256 only).
 MAX_DIFF_CHARS = 200_000
@@ -89,6 +89,18 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
 
 
 @functools.cache
+def package_code() -> dict[str, str | None]:
+    """This package's code as git knows it: the tree of its directory at ``HEAD`` and the sha256
+    of the uncommitted diff inside it (None outside a checkout). Commits that touch only other
+    files (results, docs) leave it as it is."""
+    here = Path(__file__).resolve().parent
+    diff = _git(["diff", "HEAD", "--", "."], here)
+    return {
+        "tree": _git(["rev-parse", "HEAD:./"], here),
+        "diff_sha256": None if diff is None else hashlib.sha256(diff.encode()).hexdigest(),
+    }
+
+
 def cpu_model() -> str | None:
     """The CPU's model name (/proc/cpuinfo, sysctl on macOS), or None where unknown."""
     try:

@@ -269,12 +269,22 @@ def test_speculative_bench_decodes_the_test_inputs_a_model_was_fine_tuned_for(tm
     assert "drafted" not in rows["skipdecode-full"]["per_batch"][0]
 
 
-def test_speculative_bench_drafts_with_the_warm_up_it_is_given(tmp_path, capsys):
+def test_speculative_bench_drafts_with_the_warm_up_it_is_given(tmp_path, capsys, monkeypatch):
     """--draft-warmup: the bottom layers of every constant draft (the shape a model was trained
-    with); one that leaves no top layer is refused by name before anything runs."""
+    with); one that leaves no top layer, or shapes no draft, is refused by name before anything
+    runs."""
     from exports import make_exported_dir
 
+    from skipdecode.experiments import bench_speculative
     from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+
+    drafts = []
+    build = bench_speculative.build_schedule
+    monkeypatch.setattr(
+        bench_speculative,
+        "build_schedule",
+        lambda cfg, *a: drafts.append(cfg["draft"]) or build(cfg, *a),
+    )
 
     model_dir = make_exported_dir(tmp_path / "export", num_layers=4)
     common = [f"--model={model_dir}", "--workload=dataset", "--prompts=2", "--batch-sizes", "2"]
@@ -283,12 +293,18 @@ def test_speculative_bench_drafts_with_the_warm_up_it_is_given(tmp_path, capsys)
         bench_speculative_main([*common, "--draft-budget=3", "--draft-warmup=3", "--name=bad"])
     err = capsys.readouterr().err
     assert "--draft-warmup: 3 is not allowed (1 to one less than the smallest" in err
-    assert not (tmp_path / "bad.json").exists()
+    with pytest.raises(SystemExit):
+        bench_speculative_main([*common, "--draft-warmup=2", "--name=bad"])
+    assert "--draft-warmup: 2 shapes constant drafts, and none is asked for" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "bad.json").exists() and drafts == []
     bench_speculative_main(
         [*common, "--draft-budget=3", "--draft-budgets", "3", "--draft-warmup=2", "--name=w2"]
     )
     (cell,) = json.loads((tmp_path / "w2.json").read_text())["cells"]
     assert cell["draft"] == {"name": "budgets", "budgets": [3], "warmup_layers": 2}
+    assert drafts == [{"name": "budgets", "budgets": [3], "warmup_layers": 2}] * 2  # k2, k2-b3
     for name in ("speculative-k2", "speculative-k2-b3"):
         row = cell["variants"][name]
         assert row["identical_to_full"] and set(row["acceptance_by_budget"]) == {"3"}

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 
 import pytest
+import torch
 
 from skipdecode.experiments import self_distill, spec_bench
 from skipdecode.experiments.bench_workloads import ranked_draft_vocab
@@ -223,5 +224,44 @@ def test_main_writes_the_results_whole_and_then_drops_its_journal(smollm2, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sb", "sb.json", "sb.md"]
     record = json.loads((tmp_path / "sb.json").read_text())
     assert record["questions"] == 6 and record["resumed_questions"] == 0
+    assert record["journal_started"] is None
     assert record["provenance"]["timestamp_utc"] < started_before_write  # taken at the start
     assert len((tmp_path / "sb" / "speculative-k2.jsonl").read_text().splitlines()) == 6
+    # killed at the third question: the journal keeps two, with the code and machine they need
+    questions = spec_bench.load_questions(per_task=1)
+    _fake_answers(monkeypatch, calls, fail_at=questions[2]["question_id"])
+    with pytest.raises(KeyboardInterrupt):
+        spec_bench.main([*argv, "--name", "killed", "--no-progress"])
+    settings = json.loads((tmp_path / "killed.partial" / "settings.json").read_text())
+    assert settings["code"] == provenance.package_code() and settings["code"]["tree"]
+    assert settings["machine"]["torch_threads"] == torch.get_num_threads()
+    assert "out" not in settings and settings["per_task"] == 1
+    _fake_answers(monkeypatch, calls)
+    spec_bench.main([*argv, "--name", "killed", "--no-progress"])
+    record = json.loads((tmp_path / "killed.json").read_text())
+    assert record["resumed_questions"] == 2 and record["journal_started"]["timestamp_utc"]
+    assert not (tmp_path / "killed.partial").exists()
+
+
+def test_a_journal_drops_only_a_cut_last_line_and_refuses_other_damage(tmp_path):
+    from skipdecode.experiments.answer_journal import AnswerJournal
+
+    folder = tmp_path / "run.partial"
+    journal = AnswerJournal(folder, {"ks": [2]}, started={"timestamp_utc": "t0"})
+    journal.add(1, {"plain": {"question_id": 1}})
+    journal.add(2, {"plain": {"question_id": 2}})
+    assert AnswerJournal(folder, {"ks": [2]}).started == {"timestamp_utc": "t0"}
+    with pytest.raises(ValueError, match=r"ks: \[2\] there, \[2, 3\] now; new_tokens: "
+                       r"'\(not set\)' there, 4 now"):  # fmt: skip
+        AnswerJournal(folder, {"ks": [2, 3], "new_tokens": 4})
+    answers = folder / "answers.jsonl"
+    first, second = answers.read_text().splitlines()
+    answers.write_text(f'{first}\n{{"question_id": 3, "answ\n{second}\n')  # damage mid-file
+    with pytest.raises(ValueError, match=r"answers.jsonl line 2 is not a journal entry"):
+        AnswerJournal(folder, {"ks": [2]})
+    answers.write_text(f'{first}\n{{"question_id": 3}}\n')  # whole JSON, not an entry
+    with pytest.raises(ValueError, match=r"line 2 is not a journal entry \(KeyError"):
+        AnswerJournal(folder, {"ks": [2]})
+    (folder / "settings.json").unlink()
+    with pytest.raises(ValueError, match=r"has no settings.json beside it"):
+        AnswerJournal(folder, {"ks": [2]})

@@ -333,11 +333,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.draft_budget is not None and args.draft_budget < 2:
         p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
     budgets = [*args.draft_budgets, *([args.draft_budget] if args.draft_budget else [])]
-    if not 1 <= args.draft_warmup < min(budgets, default=args.draft_warmup + 1):
+    if not budgets and args.draft_warmup != 1:
+        p.error(
+            f"--draft-warmup: {args.draft_warmup} shapes constant drafts, and none is asked for; "
+            "allowed with --draft-budget or --draft-budgets"
+        )
+    if budgets and not 1 <= args.draft_warmup < min(budgets):
         p.error(
             f"--draft-warmup: {args.draft_warmup} is not allowed (1 to one less than the "
-            f"smallest constant draft budget, {min(budgets, default=None)}: a draft keeps at "
-            "least one top layer)"
+            f"smallest constant draft budget, {min(budgets)}: a draft keeps a top layer)"
         )
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
     try:

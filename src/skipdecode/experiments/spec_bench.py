@@ -21,9 +21,10 @@ over questions of new tokens / wall time, as Spec-Bench's ``speed.py``) and the 
 plain.
 
 Answers are kept as they are made (``<out>/<name>.partial/``, :mod:`.answer_journal`): a killed
-run started again with the same arguments skips the questions it finished (each question's
-methods run back to back in one process, so its speedup pairs them still), and the results are
-written whole once every question is answered.
+run started again with the same arguments, package code (commits elsewhere do not count) and
+machine skips the questions it finished (each question's methods run back to back in one
+process, so its speedup pairs them still; the record counts them and keeps the first run's
+provenance), and the results are written whole once every question is answered.
 
     python -m skipdecode.experiments.spec_bench --per-task 10 --new-tokens 128 --ks 4
     python -m skipdecode.experiments.spec_bench --model EXPORT --draft-budget 8 --compile
@@ -44,7 +45,7 @@ import torch
 from ..core.engine import SkipDecoder
 from ..io import write_text_atomic
 from ..progress import progress
-from ..provenance import provenance
+from ..provenance import package_code, provenance
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .answer_journal import AnswerJournal
 from .bench_tables import add_run_options, load_bench_model, write_bench
@@ -332,12 +333,18 @@ def main(argv: list[str] | None = None) -> None:
             if trained is not None
             else "the tokenizer's first ids"
         )
-    # what defines the answers: a killed run resumes only with the same arguments (not
-    # --out/--progress) and the same code
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "name", "progress")}
-    settings["code"] = {k: started["git"].get(k) for k in ("commit", "dirty", "diff_sha256")}
+    # what the answers and their timings depend on: a killed run resumes only with the same
+    # arguments (not where they go or how progress shows), package code and machine
+    ignored = ("out", "name", "progress", "no_transformers")
+    settings = {k: v for k, v in vars(args).items() if k not in ignored}
+    settings["code"] = package_code()
+    device = started.get("device") or {}
+    settings["machine"] = {
+        "device": device.get("device"), "torch_threads": device.get("torch_threads"),
+        "torch": (started.get("packages") or {}).get("torch"), "env": started.get("env"),
+    }  # fmt: skip
     try:
-        journal = AnswerJournal(args.out / f"{args.name}.partial", settings)
+        journal = AnswerJournal(args.out / f"{args.name}.partial", settings, started)
     except ValueError as err:
         p.error(str(err))
     resumed = sum(1 for q in questions if journal.answers(q["question_id"]) is not None)
@@ -354,6 +361,7 @@ def main(argv: list[str] | None = None) -> None:
         "args": vars(args), "model": str(path), "questions": len(questions), "rows": rows,
         "draft_vocab_from": vocab_from, "draft_vocab_size": len(vocab) if vocab else None,
         "resumed_questions": resumed,  # answered (and timed) by an earlier, killed run
+        "journal_started": journal.started if resumed else None,  # that run's provenance
     }  # fmt: skip
     write_bench(args.out, args.name, payload, spec_bench_table(rows), started)
     journal.remove()

@@ -274,8 +274,9 @@ def method_intervals(
     seed: int = BOOTSTRAP_SEED,
 ) -> dict[str, Any]:
     """One run's ``method`` against its own plain decoding: per task and overall, the mean
-    accepted tokens per step and the speedup, each with the 2.5th/97.5th percentiles over the
-    task's questions drawn with replacement (the same draws for both measures)."""
+    accepted tokens per step and the speedup (``value``), each with the 2.5th/97.5th
+    percentiles over the task's questions drawn with replacement (the same draws for both
+    measures; overall, each task's draws joined, as the run fixes how many each task has)."""
     if resamples < 1:
         raise SpecBenchCompareError(f"--resamples: {resamples}; allowed: an integer >= 1")
     ids = [a["question_id"] for a in run[method]]
@@ -285,16 +286,20 @@ def method_intervals(
     category = {a["question_id"]: a["category"] for a in run[method]}
     tasks = [task_of(category[q]) for q in ids]
     rng = np.random.default_rng(seed)
-    out = []
-    for task in (*TASKS, "overall"):
-        rows = np.array([i for i, t in enumerate(tasks) if task in (t, "overall")])
-        if not rows.size:
-            continue
-        observed = stats.measures(rows)
-        drawn = stats.measures(rows[rng.integers(0, rows.size, size=(resamples, rows.size))])
-        measured = {
-            name: percentile_interval(float(observed[name]), drawn[name]) for name in MEASURES
-        }
+    present = [t for t in TASKS if t in tasks] + sorted(set(tasks) - set(TASKS))
+    out, strata = [], []
+    for task in (*present, "overall"):
+        if task == "overall":  # every task's draws joined: the per-task counts stay fixed
+            rows, draws = np.arange(len(ids)), np.concatenate(strata, axis=1)
+        else:
+            rows = np.array([i for i, t in enumerate(tasks) if t == task])
+            draws = rows[rng.integers(0, rows.size, size=(resamples, rows.size))]
+            strata.append(draws)
+        observed, drawn = stats.measures(rows), stats.measures(draws)
+        measured = {}
+        for name in MEASURES:
+            interval = percentile_interval(float(observed[name]), drawn[name])
+            measured[name] = {"value": interval.pop("delta"), **interval}
         out.append({"task": task, "questions": int(rows.size)} | measured)
     return {
         "method": method,
@@ -305,7 +310,8 @@ def method_intervals(
             "resamples": resamples,
             "seed": seed,
             "interval": "2.5th-97.5th percentile over the task's questions drawn with "
-            "replacement; one timing per question, so timing noise between runs is not sampled",
+            "replacement (overall: within each task, joined); one timing per question, so "
+            "timing noise between runs is not sampled",
         },
     }
 
@@ -322,8 +328,8 @@ def intervals_table(result: dict[str, Any]) -> str:
     for t in result["tasks"]:
         a, v = t["mean_accepted_tokens"], t["speedup"]
         lines.append(
-            f"| {t['task']} | {t['questions']} | {a['delta']:.3f} [{a['ci95_low']:.3f}, "
-            f"{a['ci95_high']:.3f}] | {v['delta']:.3f}x [{v['ci95_low']:.3f}, {v['ci95_high']:.3f}] |"
+            f"| {t['task']} | {t['questions']} | {a['value']:.3f} [{a['ci95_low']:.3f}, "
+            f"{a['ci95_high']:.3f}] | {v['value']:.3f}x [{v['ci95_low']:.3f}, {v['ci95_high']:.3f}] |"
         )
     lines.append(
         f"\nEvery {result['method']} turn identical to the plain turn: "
@@ -347,6 +353,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--name", default="spec-bench-compare")
     args = p.parse_args(argv)
     if args.system is None:
+        if args.labels:
+            p.error(f"--labels: {args.labels} names two runs; allowed only with a second run")
         try:
             result = method_intervals(
                 load_run(args.baseline, args.method), args.method, args.resamples
