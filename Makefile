@@ -255,11 +255,15 @@ speculative-b10-warmup: $(STAMP) smollm2 ## speculative-b10-variant with the dra
 	$(MAKE) speculative-b10-variant VARIANT=warmup-5 DRAFT_WARMUP=5 TRAIN_ARGS="schedule.draft.warmup_layers=5"
 	$(call acceptance_against_b10,b10_warmup-5,5,speculative-b10-warmup-5-acceptance-128)
 
+# the seed run's shape (empty for speculative_b10's own warm-up of 1), its run and its overrides
+SEED_SHAPE = $(if $(filter-out 1,$(DRAFT_WARMUP)),warmup-$(DRAFT_WARMUP)-)
+SEED_RUN = b10_$(SEED_SHAPE)seed-$(DRAFT_SEED)
+speculative-b10-seed: TRAIN_ARGS += $(if $(SEED_SHAPE),schedule.draft.warmup_layers=$(DRAFT_WARMUP))
 speculative-b10-seed: DRAFT_SEED = 2
-speculative-b10-seed: $(STAMP) smollm2 ## speculative_b10 trained again with seed 2, its acceptance on speculative-b10-acceptance's 128 inputs against the seed-1 run there: how far a training seed moves tokens per verify -> results/bench/speculative-b10-seed-2-acceptance-128
+speculative-b10-seed: $(STAMP) smollm2 ## speculative_b10 trained again with seed DRAFT_SEED (2; DRAFT_WARMUP=5: the 5 + 5 draft), its acceptance on speculative-b10-acceptance's 128 inputs against the seed-1 run there: how far a training seed moves tokens per verify -> results/bench/speculative-b10-[warmup-5-]seed-2-acceptance-128
 	$(need_b10_acceptance)
-	$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/b10_seed-2,speculative_b10)
-	$(call acceptance_against_b10,b10_seed-2,1,speculative-b10-seed-2-acceptance-128)
+	$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/$(SEED_RUN),speculative_b10)
+	$(call acceptance_against_b10,$(SEED_RUN),$(DRAFT_WARMUP),speculative-b10-$(SEED_SHAPE)seed-$(DRAFT_SEED)-acceptance-128)
 
 # A 10-layer draft's acceptance on the first 128 E2E test inputs, batch 1, k = 2, one timing, no
 # compiled generate: $(call acceptance_128,<run under SPEC_BUDGETS_RUN>,<warm-up layers>)
