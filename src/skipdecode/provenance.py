@@ -88,7 +88,6 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     return info
 
 
-@functools.cache
 def package_code() -> dict[str, str | None]:
     """This package's code as git knows it: the tree of its directory at ``HEAD`` and the sha256
     of the uncommitted diff inside it (None outside a checkout). Commits that touch only other
@@ -101,6 +100,7 @@ def package_code() -> dict[str, str | None]:
     }
 
 
+@functools.cache
 def cpu_model() -> str | None:
     """The CPU's model name (/proc/cpuinfo, sysctl on macOS), or None where unknown."""
     try:
