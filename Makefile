@@ -271,11 +271,11 @@ acceptance_128 = $(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative \
 	--model $(SPEC_BUDGETS_RUN)/$(1)/train/export --workload dataset --prompts 128 --batch-sizes 1 --ks 2 \
 	--draft-budget 10 --draft-warmup $(2) --draft-vocab 4096 --new-tokens 64 --repeats 1 --compile \
 	--no-transformers --out results/bench --name speculative-b10-acceptance-128-$(1) $(ARGS)
-# ... and compared input by input with the seed-1 b10 run's (make speculative-b10-acceptance):
-# $(call acceptance_against_b10,<run>,<warm-up layers>,<name>)
-# (checked before the training: $(need_b10_acceptance))
+# The seed-1 b10 run's 128-input record must exist (checked before any training): $(need_b10_acceptance)
 need_b10_acceptance = @test -f results/bench/speculative-b10-acceptance-128-b10.json || \
 	{ echo "no results/bench/speculative-b10-acceptance-128-b10.json: run make speculative-b10-acceptance first"; exit 2; }
+# A draft's acceptance on those inputs, compared input by input with that record:
+# $(call acceptance_against_b10,<run>,<warm-up layers>,<name>)
 define acceptance_against_b10
 	$(call acceptance_128,$(1),$(2))
 	$(OFFLINE) $(PY) -m skipdecode.experiments.speculative_budgets results/bench/speculative-b10-acceptance-128-b10.json \
@@ -355,10 +355,10 @@ define spec_bench_base
 		--method speculative-k2 --out results/bench --name $(1)-intervals
 endef
 
-spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (about 2.7 h on 2 cores) -> results/bench/spec-bench-480-b8-base{,-intervals}
+spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (about 1.8 h on 2 cores, twice spec-bench-held-out's run) -> results/bench/spec-bench-480-b8-base{,-intervals}
 	$(call spec_bench_base,spec-bench-480-b8-base,)
 
-spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no general fine-tune trains on (the first 40 of each task; about 1.3 h on 2 cores) -> results/bench/spec-bench-240-b8-base{,-intervals}
+spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no general fine-tune trains on (the first 40 of each task; 52 min on a 2-core Intel Xeon) -> results/bench/spec-bench-240-b8-base{,-intervals}
 	$(call spec_bench_base,spec-bench-240-b8-base,--per-task 40)
 
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
