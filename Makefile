@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -346,8 +346,9 @@ bench-spec-bench: $(STAMP) smollm2 ## Lossless mode on Spec-Bench (first 2 quest
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --per-task 2 --new-tokens 64 --ks 4 --auto-off \
 		--out results/bench --name spec-bench-smollm2 $(ARGS)
 
-# base SmolLM2 on Spec-Bench, plain and a constant 8-layer draft at k = 2, then the draft against
-# plain per task with bootstrap intervals (1: the run's name; 2: spec_bench's question options)
+# SmolLM2 (base unless 2 names --model) on Spec-Bench, plain and a constant 8-layer draft at k = 2,
+# then the draft against plain per task with bootstrap intervals (1: the run's name; 2: spec_bench's
+# question and model options)
 define spec_bench_base
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench --new-tokens 96 --ks 2 --draft-budget 8 \
 		--draft-vocab 4096 --out results/bench --name $(1) $(2) $(ARGS)
@@ -360,6 +361,17 @@ spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a tu
 
 spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no general fine-tune trains on (the first 40 of each task; 52 min on a 2-core Intel Xeon) -> results/bench/spec-bench-240-b8-base{,-intervals}
 	$(call spec_bench_base,spec-bench-240-b8-base,--per-task 40)
+
+spec-bench-held-out-finetuned: $(STAMP) smollm2 ## spec-bench-finetune's model decoded as spec-bench-held-out (240 questions), against its own plain decoding per task and against the base run question by question, with bootstrap intervals (about 55 min) -> results/bench/spec-bench-240-b8-{finetuned,finetuned-intervals,compare}
+	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-distill spec-bench-finetune first"; exit 2; }
+	@test -f results/bench/spec-bench-240-b8-base.json || { echo "no results/bench/spec-bench-240-b8-base: run make spec-bench-held-out first"; exit 2; }
+	$(call spec_bench_base,spec-bench-240-b8-finetuned,--per-task 40 --model $(SPEC_BENCH_RUN)/train/export)
+	mkdir -p results/bench/spec-bench-240-b8-finetuned/training
+	cp $(call training_record,$(SPEC_BENCH_RUN)/train) $(SPEC_BENCH_DATA)/distill.json \
+		results/bench/spec-bench-240-b8-finetuned/training/
+	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-240-b8-base \
+		results/bench/spec-bench-240-b8-finetuned --method speculative-k2 --labels base fine-tuned \
+		--out results/bench --name spec-bench-240-b8-compare
 
 speculative-acceptance: $(STAMP) smollm2 ## Acceptance of speculative_2x on E2E after SmolLM2 fine-tuning by each recipe (draft, joint, full)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_e2e_smollm2 sweep.name=speculative_recipes \

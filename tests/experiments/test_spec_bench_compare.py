@@ -54,7 +54,7 @@ def test_the_measures_are_spec_bench_s_and_the_interval_is_paired():
                 summary[(METHOD, "overall")][name]
             )
         for task in result["tasks"]:
-            assert task[side]["speedup"] == pytest.approx(
+            assert task["speedup"][side] == pytest.approx(
                 summary[(METHOD, task["task"])]["speedup"]
             )
     overall = result["overall"]
@@ -62,8 +62,13 @@ def test_the_measures_are_spec_bench_s_and_the_interval_is_paired():
     assert overall["mean_accepted_tokens"]["system"] == pytest.approx(16 / 7)
     for m in overall.values():
         assert m["delta"] == pytest.approx(m["system"] - m["baseline"])
-        assert m["ci95_low"] <= m["delta"] <= m["ci95_high"]
+        # drawn within tasks: one question per task leaves nothing to resample
+        assert m["ci95_low"] == pytest.approx(m["delta"]) == pytest.approx(m["ci95_high"])
     assert [t["task"] for t in result["tasks"]] == ["mt_bench", "translation", "qa", "rag"]
+    for task in result["tasks"]:  # one question each: no task interval
+        for m in (task["mean_accepted_tokens"], task["speedup"]):
+            assert m["delta"] == pytest.approx(m["system"] - m["baseline"])
+            assert m["ci95_low"] is None and m["ci95_high"] is None
     assert (result["plain_turns_alike"], result["plain_turns"]) == (2, 4)
     assert result["identical_to_plain"] is True
     # the same questions are drawn for both runs: a run against itself differs by exactly 0
@@ -71,6 +76,43 @@ def test_the_measures_are_spec_bench_s_and_the_interval_is_paired():
     for m in same["overall"].values():
         assert (m["delta"], m["ci95_low"], m["ci95_high"]) == (0.0, 0.0, 0.0)
     assert spec_bench_compare.compare_runs(BASE, TUNED, METHOD, resamples=400) == result
+
+
+def _repeated(run: dict, copies: int) -> dict:
+    """``run`` with each question answered ``copies`` times under new ids (task kept), the
+    second copy's method answers one accepted token longer at each step."""
+    out = {"settings": run["settings"], "plain": [], METHOD: []}
+    for c in range(copies):
+        for method in ("plain", METHOD):
+            for a in run[method]:
+                choice = dict(a["choices"][0])
+                if method == METHOD and c % 2:
+                    choice["accept_lengths"] = [n + 1 for n in choice["accept_lengths"]]
+                qid = a["question_id"] + 100 * c
+                out[method].append({**a, "question_id": qid, "choices": [choice]})
+    return out
+
+
+def test_tasks_with_enough_questions_get_their_own_paired_interval():
+    n = spec_bench_compare.TASK_INTERVAL_MIN_QUESTIONS
+    base, tuned = _repeated(BASE, n), _repeated(TUNED, n)
+    result = spec_bench_compare.compare_runs(base, tuned, METHOD, resamples=300)
+    assert [t["questions"] for t in result["tasks"]] == [n] * 4
+    for task in result["tasks"]:
+        for m in (task["mean_accepted_tokens"], task["speedup"]):
+            assert m["ci95_low"] <= m["delta"] <= m["ci95_high"]
+        assert task["mean_accepted_tokens"]["ci95_low"] < task["mean_accepted_tokens"]["ci95_high"]
+    # paired within the task: a run against itself differs by exactly 0 in every draw
+    same = spec_bench_compare.compare_runs(base, base, METHOD, resamples=100)
+    for m in (same["overall"], *same["tasks"]):
+        for name in ("mean_accepted_tokens", "speedup"):
+            assert (m[name]["delta"], m[name]["ci95_low"], m[name]["ci95_high"]) == (0, 0, 0)
+    table = spec_bench_compare.compare_table(result, ("base", "tuned"))
+    qa = result["tasks"][2]["mean_accepted_tokens"]
+    assert (
+        f"| qa | {n} | {qa['baseline']:.3f} | {qa['system']:.3f} | {qa['delta']:+.3f} "
+        f"[{qa['ci95_low']:+.3f}, {qa['ci95_high']:+.3f}] |"
+    ) in table
 
 
 def test_runs_that_cannot_be_compared_are_refused():
@@ -104,7 +146,8 @@ def test_main_writes_the_table_and_record_and_names_what_is_missing(tmp_path, ca
     record = json.loads((tmp_path / "cmp.json").read_text())
     assert record["questions"] == 4 and record["settings"]["resamples"] == 50
     table = (tmp_path / "cmp.md").read_text()
-    assert "| mean accepted tokens per step | 1.182 | 2.286 |" in table
+    assert "| mean accepted tokens per step | 1.182 | 2.286 | +1.104 [+1.104, +1.104] |" in table
+    assert "| qa | 1 | 1.500 | 3.000 | +1.500 | " in table
     assert "Plain turns answered alike by both models: 2 of 4." in table
     with pytest.raises(SystemExit) as exit_info:
         spec_bench_compare.main([*args, "--method", "speculative-k4"])

@@ -1,6 +1,7 @@
 """Two Spec-Bench runs of one method compared question by question (a base model and its
 fine-tune, say): mean accepted tokens per step and speedup over each run's own plain decoding,
-with a 95% interval for the difference from a paired bootstrap over questions, and how many
+overall and per task, with a 95% interval for the difference from a paired bootstrap over
+questions drawn within each task (a run fixes how many questions each task has), and how many
 plain turns the two models answer alike.
 
 Both measures are computed as ``spec_bench`` computes them: accepted tokens pooled over every
@@ -54,6 +55,9 @@ SHARED_SETTINGS = (
     "draft_vocab_data", "compile", "dtype", "device",
 )  # fmt: skip
 MEASURES = ("mean_accepted_tokens", "speedup")
+#: Fewest questions a task needs for its own interval in a comparison: a bootstrap over a
+#: handful of questions understates the spread (three questions have ten distinct draws).
+TASK_INTERVAL_MIN_QUESTIONS = 10
 
 
 class SpecBenchCompareError(ValueError):
@@ -149,35 +153,39 @@ def _check_comparable(baseline: dict[str, Any], system: dict[str, Any], method: 
     return ids
 
 
-def _interval(base: QuestionStats, mine: QuestionStats, draws: np.ndarray) -> dict[str, Any]:
-    """Both runs' measures over every question, and system - baseline with the 2.5th/97.5th
-    percentiles over ``draws`` (the same drawn questions for both runs: paired)."""
-    every = np.arange(draws.shape[1])
-    observed_base, observed_mine = base.measures(every), mine.measures(every)
-    drawn_base, drawn_mine = base.measures(draws), mine.measures(draws)
+def _stratified_draws(tasks: list[str], resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """Each task's question rows drawn with replacement within the task (``resamples`` x the
+    task's count), in Spec-Bench's task order, and ``"overall"``: every task's draws joined, as a
+    run fixes how many questions each task has."""
+    rng = np.random.default_rng(seed)
+    present = [t for t in TASKS if t in tasks] + sorted(set(tasks) - set(TASKS))
+    draws = {}
+    for task in present:
+        rows = np.flatnonzero(np.array(tasks) == task)
+        draws[task] = rows[rng.integers(0, rows.size, size=(resamples, rows.size))]
+    draws["overall"] = np.concatenate(list(draws.values()), axis=1)
+    return draws
+
+
+def _difference(
+    base: QuestionStats, mine: QuestionStats, rows: np.ndarray, draws: np.ndarray | None
+) -> dict[str, Any]:
+    """Both runs' measures over ``rows`` and system - baseline, with the 2.5th/97.5th
+    percentiles over ``draws`` (the same drawn questions for both runs: paired) where given."""
+    observed_base, observed_mine = base.measures(rows), mine.measures(rows)
     out = {}
     for name in MEASURES:
+        delta = float(observed_mine[name] - observed_base[name])
+        if draws is None:
+            interval = {"delta": delta, "ci95_low": None, "ci95_high": None}
+        else:
+            drawn = mine.measures(draws)[name] - base.measures(draws)[name]
+            interval = percentile_interval(delta, drawn)
         out[name] = {
             "baseline": float(observed_base[name]),
             "system": float(observed_mine[name]),
-            **percentile_interval(
-                float(observed_mine[name] - observed_base[name]),
-                drawn_mine[name] - drawn_base[name],
-            ),
+            **interval,
         }
-    return out
-
-
-def _per_task(base: QuestionStats, mine: QuestionStats, tasks: list[str]) -> list[dict]:
-    out = []
-    for task in TASKS:
-        rows = np.array([i for i, t in enumerate(tasks) if t == task])
-        if rows.size:
-            measured = {"baseline": base.measures(rows), "system": mine.measures(rows)}
-            out.append(
-                {"task": task, "questions": int(rows.size)}
-                | {side: {k: float(v) for k, v in m.items()} for side, m in measured.items()}
-            )
     return out
 
 
@@ -204,14 +212,22 @@ def compare_runs(
     ids = _check_comparable(baseline, system, method)
     base = _question_stats(baseline, method, ids, "baseline")
     mine = _question_stats(system, method, ids, "system")
-    draws = np.random.default_rng(seed).integers(0, len(ids), size=(resamples, len(ids)))
     category = {a["question_id"]: a["category"] for a in baseline[method]}
+    tasks = [task_of(category[q]) for q in ids]
+    draws = _stratified_draws(tasks, resamples, seed)
+    by_task = []
+    for task, drawn_rows in draws.items():
+        if task != "overall":
+            rows = np.flatnonzero(np.array(tasks) == task)
+            enough = rows.size >= TASK_INTERVAL_MIN_QUESTIONS
+            measured = _difference(base, mine, rows, drawn_rows if enough else None)
+            by_task.append({"task": task, "questions": int(rows.size)} | measured)
     alike, turns = _plain_turns_alike(baseline, system, ids)
     return {
         "method": method,
         "questions": len(ids),
-        "overall": _interval(base, mine, draws),
-        "tasks": _per_task(base, mine, [task_of(category[q]) for q in ids]),
+        "overall": _difference(base, mine, np.arange(len(ids)), draws["overall"]),
+        "tasks": by_task,
         "identical_to_plain": all(
             a.get("identical_to_plain", False) for run in (baseline, system) for a in run[method]
         ),
@@ -221,20 +237,29 @@ def compare_runs(
             "resamples": resamples,
             "seed": seed,
             "interval": "2.5th-97.5th percentile of system - baseline over questions drawn "
-            "with replacement; one trained model and one timing per question in each run, so "
-            "neither training seeds nor timing noise are sampled",
+            "with replacement within each task (overall: every task's draws joined; a task's "
+            f"own interval only with {TASK_INTERVAL_MIN_QUESTIONS} or more questions); one "
+            "trained model and one timing per question in each run, so neither training seeds "
+            "nor timing noise are sampled",
         },
     }
 
 
+def _signed(m: dict[str, Any]) -> str:
+    """``+0.123 [+0.045, +0.201]``, or the difference alone where it has no interval."""
+    if m["ci95_low"] is None:
+        return f"{m['delta']:+.3f}"
+    return f"{m['delta']:+.3f} [{m['ci95_low']:+.3f}, {m['ci95_high']:+.3f}]"
+
+
 def compare_table(result: dict[str, Any], labels: tuple[str, str]) -> str:
-    """Markdown: the overall difference with its interval, per-task values, plain agreement."""
+    """Markdown: the overall and per-task differences with their intervals, plain agreement."""
     base, mine = labels
     lines = [
         f"{result['method']}, {result['questions']} questions: {mine} against {base} "
-        "(difference with a 95% paired bootstrap interval over questions; one trained model and "
-        "one timing per question each, so neither training seeds nor timing noise are "
-        "sampled)\n",
+        "(difference with a 95% paired bootstrap interval over questions drawn within each task; "
+        "one trained model and one timing per question each, so neither training seeds nor "
+        "timing noise are sampled)\n",
         f"| measure | {base} | {mine} | difference [95% interval] |",
         "|---|---|---|---|",
     ]
@@ -244,23 +269,23 @@ def compare_table(result: dict[str, Any], labels: tuple[str, str]) -> str:
     ):
         m = result["overall"][name]
         lines.append(
-            f"| {label} | {fmt.format(m['baseline'])} | {fmt.format(m['system'])} "
-            f"| {m['delta']:+.3f} [{m['ci95_low']:+.3f}, {m['ci95_high']:+.3f}] |"
+            f"| {label} | {fmt.format(m['baseline'])} | {fmt.format(m['system'])} | {_signed(m)} |"
         )
     lines += [
         "",
-        f"| task | questions | accepted, {base} | accepted, {mine} | speedup, {base} "
-        f"| speedup, {mine} |",
-        "|---|---|---|---|---|---|",
+        f"| task | questions | accepted, {base} | accepted, {mine} | difference "
+        f"| speedup, {base} | speedup, {mine} | difference |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for t in result["tasks"]:
-        b, s = t["baseline"], t["system"]
+        a, v = t["mean_accepted_tokens"], t["speedup"]
         lines.append(
-            f"| {t['task']} | {t['questions']} | {b['mean_accepted_tokens']:.2f} "
-            f"| {s['mean_accepted_tokens']:.2f} | {b['speedup']:.2f}x | {s['speedup']:.2f}x |"
+            f"| {t['task']} | {t['questions']} | {a['baseline']:.3f} | {a['system']:.3f} "
+            f"| {_signed(a)} | {v['baseline']:.3f}x | {v['system']:.3f}x | {_signed(v)} |"
         )
     lines.append(
-        f"\nEvery {result['method']} turn identical to its own model's plain turn: "
+        f"\nA task's difference has an interval only with {TASK_INTERVAL_MIN_QUESTIONS} or more "
+        f"questions. Every {result['method']} turn identical to its own model's plain turn: "
         f"{result['identical_to_plain']}. Plain turns answered alike by both models: "
         f"{result['plain_turns_alike']} of {result['plain_turns']}.\n"
     )
@@ -285,17 +310,10 @@ def method_intervals(
     stats = _question_stats(run, method, ids, "run")
     category = {a["question_id"]: a["category"] for a in run[method]}
     tasks = [task_of(category[q]) for q in ids]
-    rng = np.random.default_rng(seed)
-    present = [t for t in TASKS if t in tasks] + sorted(set(tasks) - set(TASKS))
-    out, strata = [], []
-    for task in (*present, "overall"):
-        if task == "overall":  # every task's draws joined: the per-task counts stay fixed
-            rows, draws = np.arange(len(ids)), np.concatenate(strata, axis=1)
-        else:
-            rows = np.array([i for i, t in enumerate(tasks) if t == task])
-            draws = rows[rng.integers(0, rows.size, size=(resamples, rows.size))]
-            strata.append(draws)
-        observed, drawn = stats.measures(rows), stats.measures(draws)
+    out = []
+    for task, drawn_rows in _stratified_draws(tasks, resamples, seed).items():
+        rows = np.arange(len(ids)) if task == "overall" else np.flatnonzero(np.array(tasks) == task)
+        observed, drawn = stats.measures(rows), stats.measures(drawn_rows)
         measured = {}
         for name in MEASURES:
             interval = percentile_interval(float(observed[name]), drawn[name])
