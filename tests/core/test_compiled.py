@@ -316,6 +316,35 @@ def test_compiled_speculative_is_the_full_models_output(models):
     assert any(key[0] == "subset_head" for key in seen)
 
 
+@pytest.mark.parametrize("family", ["llama", pytest.param("gemma3_text", marks=pytest.mark.slow)])
+def test_one_graph_per_plan_equals_eager_and_the_full_model(models, family):
+    """``compile_graph="plan"``: each layer set runs as one compiled graph (Gemma 3's two layer
+    kinds in one graph). The full schedule's tokens and logits are the eager path's, and the
+    lossless mode with a constant draft gives the full model's tokens, its draft and verify
+    passes each one graph."""
+    model = models[family]
+    ids, mask = left_padded_batch([5, 9], seed=6)
+    kw = dict(eos_token_id=[], pad_token_id=PAD, return_logits=True)
+    eager = SkipDecoder(model).generate(ids, FullSchedule(6), NEW, mask, **kw)
+    dec = SkipDecoder(model, compile=True, compile_graph="plan")
+    graphs = counters["stats"]["unique_graphs"]
+    out = dec.generate(ids, FullSchedule(6), NEW, mask, **kw)
+    assert out.stats.compiled and counters["stats"]["unique_graphs"] == graphs + 2  # plan, head
+    assert torch.equal(out.sequences, eager.sequences)
+    _close(out.step_logits, eager.step_logits)
+    spec = build_schedule(
+        {"name": "speculative", "draft": {"name": "budgets", "budgets": [3]}, "k": 2}, 6, NEW
+    )
+    fast = dec.generate(ids, spec, NEW, mask, eos_token_id=[], pad_token_id=PAD)
+    assert torch.equal(fast.sequences, eager.sequences)
+    assert fast.stats.speculation.drafted > 0
+    plans = {key[1] for key in dec.compiled._seen if key[0] == "plan"}
+    assert plans == {tuple(range(6)), (0, 4, 5)}  # full (one and k + 1 positions), the draft
+    assert not any(
+        key[0] in ("layer", "sliding_attention", "full_attention") for key in dec.compiled._seen
+    )
+
+
 def test_compiled_reuses_its_graphs_and_keeps_compiling_out_of_decode_time(models):
     model = models["llama"]
     ids, mask = left_padded_batch(LENGTHS, seed=2)
@@ -345,4 +374,6 @@ def test_compile_settings_are_checked():
         SkipDecoder(model, cache="dynamic", compile=True)
     with pytest.raises(ValueError, match="compile mode 'fast' is not allowed"):
         SkipDecoder(model, compile="fast")
+    with pytest.raises(ValueError, match=r"compile graph 'model' is not allowed: .*'plan'"):
+        SkipDecoder(model, compile=True, compile_graph="model")
     assert [bucketed_capacity(n) for n in (1, 64, 65, 130)] == [64, 64, 128, 192]

@@ -308,3 +308,43 @@ def test_speculative_bench_drafts_with_the_warm_up_it_is_given(tmp_path, capsys,
     for name in ("speculative-k2", "speculative-k2-b3"):
         row = cell["variants"][name]
         assert row["identical_to_full"] and set(row["acceptance_by_budget"]) == {"3"}
+
+
+def test_speculative_bench_on_plan_graphs_keeps_the_full_models_output(tmp_path, capsys):
+    """--plan-graphs: each pass's layers one compiled graph (the full step, the constant draft,
+    the verify pass); the output stays the full model's. Without --compile it is refused."""
+    from exports import make_exported_dir
+
+    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+
+    model_dir = make_exported_dir(tmp_path / "export", num_layers=4)
+    common = [f"--model={model_dir}", "--workload=dataset", "--prompts=2", "--batch-sizes", "2"]
+    common += ["--ks", "2", "--new-tokens=3", "--repeats=1", f"--out={tmp_path}"]
+    common += ["--draft-budget=3", "--plan-graphs"]
+    with pytest.raises(SystemExit):
+        bench_speculative_main([*common, "--name=bad"])
+    assert "--plan-graphs: the plan graphs are compiled; allowed only with --compile" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "bad.json").exists()
+    bench_speculative_main([*common, "--compile", "--name=plan"])
+    (cell,) = json.loads((tmp_path / "plan.json").read_text())["cells"]
+    assert cell["compiled"] and cell["compile_graph"] == "plan" and cell["compile_s"] > 0
+    assert cell["variants"]["speculative-k2"]["identical_to_full"]
+    assert "| compiled, plan graphs | 2 | speculative-k2 |" in (tmp_path / "plan.md").read_text()
+
+
+@pytest.mark.slow  # compiles the layer and plan graphs and transformers' generate: make test-slow
+def test_decode_bench_times_the_full_schedule_on_plan_graphs(tmp_path):
+    main(
+        ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "4",
+         "--repeats", "1", "--speedups", "2", "--compile", "--plan-graphs", "--no-floor",
+         "--out", str(tmp_path), "--name", "plan"]
+    )  # fmt: skip
+    (cell,) = json.loads((tmp_path / "plan.json").read_text())["cells"]
+    assert cell["plan_graphs"] is True
+    plan = cell["variants"]["skipdecode-full-compiled-plan"]
+    assert plan["compiled"] and plan["compile_s"] > 0 and plan["layers_per_token"] == 8.0
+    assert "skipdecode-2x-compiled-plan" not in cell["variants"]  # a graph per layer set
+    assert plan["speedup_vs_transformers_generate_compiled"] > 0
+    assert "| skipdecode-full-compiled-plan |" in (tmp_path / "plan.md").read_text()

@@ -1,13 +1,19 @@
-"""The compiled decode path: one compiled layer step, replayed for every active layer.
+"""The compiled decode path: one compiled layer step, replayed for every active layer, or one
+compiled graph per layer set (``graph="plan"``).
 
-Why one layer step and not one graph per plan: a SkipDecode plan is a set of active layers, and
-a linear decay over a 30-layer model passes through up to ~25 distinct sets; a graph per set
-would compile each (tens of seconds apiece on a CPU) and the adaptive methods choose sets at run
-time. Decoder layers of one family share their structure, and ``torch.compile`` inlines
-``nn.Module`` calls with the parameters as graph inputs, so a single compiled function serves
-every layer (a family with several layer kinds, such as Gemma 3's sliding and global layers, gets
-one graph per kind) and any plan replays it layer by layer. The head (final norm, LM head, logit
-scale or soft-cap) is a second compiled function.
+Why one layer step by default and not one graph per plan: a SkipDecode plan is a set of active
+layers, and a linear decay over a 30-layer model passes through up to ~25 distinct sets; a graph
+per set would compile each (about 20 s apiece for SmolLM2 on a 2-core CPU) and the adaptive
+methods choose sets at run time. Decoder layers of one family share their structure, and
+``torch.compile`` inlines ``nn.Module`` calls with the parameters as graph inputs, so a single
+compiled function serves every layer (a family with several layer kinds, such as Gemma 3's
+sliding and global layers, gets one graph per kind) and any plan replays it layer by layer. The
+head (final norm, LM head, logit scale or soft-cap) is a second compiled function.
+
+Where a run uses few layer sets (the full model; the lossless mode with a constant draft: the
+draft's layers and all layers), ``graph="plan"`` compiles each set's layers into one graph, so a
+pass is one call instead of one per layer: what a replayed layer step pays per layer in dispatch
+and guard checks is paid once per pass.
 
 Static shapes: the layer writes its key and value in place into the preallocated cache at a
 *tensor* position (``index_copy_``), and attends over the whole capacity with an additive mask
@@ -51,6 +57,9 @@ __all__ = [
 
 CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+#: What one compiled graph covers: one layer (replayed for every active layer of any plan) or a
+#: whole plan's layers (one call a pass, one compile per layer set).
+COMPILE_GRAPHS = ("layer", "plan")
 RECOMPILE_LIMIT = 256
 
 
@@ -91,6 +100,22 @@ def _layer_step(
     return out[0] if isinstance(out, tuple) else out
 
 
+def _plan_step(
+    layers: tuple[nn.Module, ...],
+    hidden: torch.Tensor,
+    keys: tuple[torch.Tensor, ...],
+    values: tuple[torch.Tensor, ...],
+    position: torch.Tensor,
+    mask: torch.Tensor,
+    kwargs: tuple[dict[str, Any], ...],
+    cache_kwarg: str,
+) -> torch.Tensor:
+    """``hidden`` through every layer of a plan, bottom to top: one graph for the plan."""
+    for layer, k, v, kw in zip(layers, keys, values, kwargs):
+        hidden = _layer_step(layer, hidden, k, v, position, mask, kw, cache_kwarg)
+    return hidden
+
+
 def _subset_logits(
     adapter: DecoderAdapter, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
@@ -102,12 +127,21 @@ class CompiledLayers:
     ``generate`` call); ``compile_seconds`` adds up the calls that compiled."""
 
     def __init__(
-        self, adapter: DecoderAdapter, mode: str = "default", forms: MatmulForms = MATMUL_FORMS
+        self,
+        adapter: DecoderAdapter,
+        mode: str = "default",
+        forms: MatmulForms = MATMUL_FORMS,
+        graph: str = "layer",
     ):
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile mode {mode!r} is not allowed: choose one of {COMPILE_MODES}")
+        if graph not in COMPILE_GRAPHS:
+            raise ValueError(
+                f"compile graph {graph!r} is not allowed: choose one of {COMPILE_GRAPHS}"
+            )
         self.adapter = adapter
         self.mode = mode
+        self.graph = graph
         self.forms = forms  # the product forms the graphs were written with (timed per shape)
         # Dynamo keeps compiled graphs per code object: every model in a process (each layer
         # kind, batch, positions and capacity) adds entries to _layer_step's, and past the limit
@@ -120,6 +154,7 @@ class CompiledLayers:
 
         options = {**list_mode_options(mode), "post_grad_custom_post_pass": SmallBatchMatmul(forms)}
         self._layer = torch.compile(_layer_step, dynamic=False, options=options)
+        self._plan = torch.compile(_plan_step, dynamic=False, options=options)
         self._head = torch.compile(adapter.head, dynamic=False, options=options)
         self._subset_head = torch.compile(_subset_logits, dynamic=False, options=options)
         self._modules = list(adapter.layers)
@@ -156,6 +191,8 @@ class CompiledLayers:
         hidden."""
         B, T, _ = hidden.shape
         position = torch.arange(cache_position, cache_position + T, device=hidden.device)
+        if self.graph == "plan":
+            return self._run_plan(hidden, kwargs, tuple(layers), cache, position, mask)
         adapter, step, seen = self.adapter, self._layer, self._seen
         shape = (B, T, cache.capacity)
         for i in layers:
@@ -174,9 +211,41 @@ class CompiledLayers:
             if key in seen:
                 hidden = step(*args)
             else:
-                weights = [m.weight for m in self._modules[i].modules() if isinstance(m, nn.Linear)]
-                hidden = self._first(key, B * T, weights, step, *args)
+                hidden = self._first(key, B * T, self._weights([i]), step, *args)
         return hidden
+
+    def _weights(self, layers: Sequence[int]) -> list[torch.Tensor]:
+        return [
+            m.weight for i in layers for m in self._modules[i].modules() if isinstance(m, nn.Linear)
+        ]
+
+    def _run_plan(
+        self,
+        hidden: torch.Tensor,
+        kwargs: dict[str, Any],
+        layers: tuple[int, ...],
+        cache: StaticKVCache,
+        position: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`run` as one compiled graph per layer set (and shapes)."""
+        B, T, _ = hidden.shape
+        claimed = [cache.claim(i, T) for i in layers]
+        adapter = self.adapter
+        args = (
+            tuple(self._modules[i] for i in layers),
+            hidden,
+            tuple(k for k, _ in claimed),
+            tuple(v for _, v in claimed),
+            position,
+            mask,
+            tuple(adapter._layer_call_kwargs(i, kwargs) for i in layers),
+            adapter._cache_kwarg,
+        )
+        key = ("plan", layers, B, T, cache.capacity)
+        if key in self._seen:
+            return self._plan(*args)
+        return self._first(key, B * T, self._weights(layers), self._plan, *args)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The compiled head (final norm, LM head): logits ``(B, T, V)``."""

@@ -45,6 +45,7 @@ class SkipDecoder:
         tokenizer: Any | None = None,
         cache: str = "static",
         compile: bool | str = False,
+        compile_graph: str = "layer",
     ):
         if cache not in ("static", "dynamic"):
             raise ValueError(f"cache={cache!r} is not allowed: choose 'static' or 'dynamic'")
@@ -59,10 +60,11 @@ class SkipDecoder:
         self.cache_kind = cache
         # compile=True (or a torch.compile mode): decode passes run the compiled layer step
         # (core.compiled); the eager path stays the reference. Prefill is eager.
+        # compile_graph="plan": one compiled graph per layer set instead (core.compiled).
         self.compiled: CompiledLayers | None = None
         if compile:
             mode = "default" if compile is True else str(compile)
-            self.compiled = CompiledLayers(self.adapter, mode)
+            self.compiled = CompiledLayers(self.adapter, mode, graph=compile_graph)
         self.paces = PaceBook()  # the lossless mode's auto_off verdicts, kept across calls
 
     @property

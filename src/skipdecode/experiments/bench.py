@@ -26,26 +26,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.costs import step_cost_split, time_call, transformers_generate_seconds
+from ..core.costs import step_cost_split, transformers_generate_seconds
 from ..core.engine import SkipDecoder
 from ..core.floor import DeviceLimits, measure_device, step_floor_seconds
 from ..progress import progress
-from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
+from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_tables import add_run_options, decode_table, train_table, write_bench
-from .shapes import SHAPES, build_random_model
+from .bench_training import bench_train
+from .shapes import SHAPES, build_random_model, device_name, random_prompts
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
 
 
+COMPILED_SUFFIXES = ("-compiled", "-compiled-plan")
 SPEEDUPS = (2, 3, 4, 5)
-
-
-def _prompts(
-    batch: int, prompt_len: int, vocab: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(4, vocab, (batch, prompt_len), generator=g)
-    return ids.to(device), torch.ones_like(ids).to(device)
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -69,20 +63,25 @@ def bench_decode(
     model: nn.Module | None = None,
     compile: bool = False,
     limits: DeviceLimits | None = None,
+    plan_graphs: bool = False,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median (and quartiles) of
     ``repeats``. ``compile`` adds transformers' compiled ``generate`` (static cache) and the
     compiled skipdecode path for the full and every schedule; compile time is measured on the
-    warm-up call and reported apart, never in the decode times. ``limits``: the device's
-    measured bandwidth and peak, for each variant's floor."""
+    warm-up call and reported apart, never in the decode times. ``plan_graphs`` (with
+    ``compile``) adds the full schedule on the compiled path with one graph for all its layers
+    (``-compiled-plan``; skip schedules would compile a graph per layer set). ``limits``: the
+    device's measured bandwidth and peak, for each variant's floor."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
     decoders = {"": SkipDecoder(model)}
     if compile:
         decoders["-compiled"] = SkipDecoder(model, compile=True)
+    if compile and plan_graphs:
+        decoders["-compiled-plan"] = SkipDecoder(model, compile=True, compile_graph="plan")
     dec = decoders[""]
     L = dec.num_layers
-    ids, mask = _prompts(batch_size, prompt_len, model.config.vocab_size, dev)
+    ids, mask = random_prompts(batch_size, prompt_len, model.config.vocab_size, dev)
     schedules: dict[str, StaticSchedule] = {"skipdecode-full": FullSchedule(L)}
     for s in speedups:
         schedules[f"skipdecode-{s}x"] = linear_for_speedup(L, s, new_tokens)
@@ -117,7 +116,8 @@ def bench_decode(
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
     for suffix, decoder in decoders.items():
         for name, sched in schedules.items():
-            variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
+            if suffix != "-compiled-plan" or name == "skipdecode-full":
+                variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
 
     warm = {name: fn() for name, fn in variants.items()}  # warm-up: compiles
     samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
@@ -140,9 +140,9 @@ def bench_decode(
             "tokens_per_s": batch_size * new_tokens / (prefill + decode),
             "decode_tokens_per_s": batch_size * steps / decode if decode > 0 else float("nan"),
             "layers_per_token": runs[0]["layers_per_token"],
-            "compiled": name.endswith("-compiled"),
+            "compiled": name.endswith(COMPILED_SUFFIXES),
         }
-        if name.endswith("-compiled"):  # the warm-up call's compiling, apart from decoding
+        if name.endswith(COMPILED_SUFFIXES):  # the warm-up call's compiling, apart from decoding
             w = warm[name]
             steady = statistics.median(r.get("wall_s", 0.0) for r in runs)
             rows[name]["compile_s"] = (
@@ -152,6 +152,7 @@ def bench_decode(
     splits = {
         suffix: step_cost_split(d, ids, mask, steps=max(5, 2 * repeats))
         for suffix, d in decoders.items()
+        if suffix != "-compiled-plan"  # its layers are one graph: no split between them
     }
     split = splits[""]
     _derive_speedups(rows, schedules, splits, L, with_transformers)
@@ -172,7 +173,7 @@ def bench_decode(
         "new_tokens": new_tokens,
         "repeats": repeats,
         "dtype": str(dtype).replace("torch.", ""),
-        "device": _device_name(dev),
+        "device": device_name(dev),
         "threads": torch.get_num_threads(),
         "limits": None if limits is None else limits.as_dict(),
         "cost_split": {
@@ -193,6 +194,7 @@ def bench_decode(
         },
         # the GEMM form of each small-row product the compiled graphs were written with
         "matmul_forms": None if not compile else decoders["-compiled"].compiled.forms.table(),
+        "plan_graphs": compile and plan_graphs,
     }
 
 
@@ -248,74 +250,6 @@ def flag_batches(cells: list[dict[str, Any]]) -> None:
                         r["flag"] = "; ".join(x for x in (r.get("flag"), note) if x)
 
 
-def bench_train(
-    shape: str,
-    batch_size: int = 8,
-    prompt_len: int = 48,
-    target_len: int = 32,
-    repeats: int = 3,
-    speedups: tuple[int, ...] = (2, 4),
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """Training tokens/s (forward + backward of the masked forward) for full vs skip schedules."""
-    dev = torch.device(device)
-    model = build_random_model(shape, torch.float32, device).train()
-    dec = SkipDecoder(model)
-    L = dec.num_layers
-    T = prompt_len + target_len
-    ids, mask = _prompts(batch_size, T, model.config.vocab_size, dev)
-    prompt_lengths = torch.full((batch_size,), prompt_len)
-    variants: dict[str, tuple[StaticSchedule, bool]] = {"full": (FullSchedule(L), True)}
-    for s in speedups:
-        sched = linear_for_speedup(L, s, target_len)
-        variants[f"{s}x"] = (sched, True)
-        variants[f"{s}x-masked"] = (sched, False)  # plain path: every layer on every position
-
-    def step(schedule: StaticSchedule, slicing: bool) -> None:
-        lm = position_layer_mask(schedule, prompt_lengths, T).to(dev)
-        logits = dec.forward(ids, mask, lm, prefix_slicing=slicing)
-        loss = nn.functional.cross_entropy(
-            logits[:, prompt_len - 1 : -1].reshape(-1, logits.shape[-1]),
-            ids[:, prompt_len:].reshape(-1),
-        )
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-
-    for sched, slicing in variants.values():
-        step(sched, slicing)
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for name, (sched, slicing) in variants.items():
-            times[name].append(time_call(lambda s=sched, sl=slicing: step(s, sl), dev))
-    rows = {}
-    full = statistics.median(times["full"])
-    for name, ts in times.items():
-        t = statistics.median(ts)
-        rows[name] = {
-            "step_ms": 1000 * t,
-            "tokens_per_s": batch_size * T / t,
-            "speedup_vs_full": full / t,
-        }
-    return {
-        "shape": shape,
-        "batch_size": batch_size,
-        "prompt_len": prompt_len,
-        "target_len": target_len,
-        "repeats": repeats,
-        "device": _device_name(dev),
-        "threads": torch.get_num_threads(),
-        "variants": rows,
-    }
-
-
-def _device_name(dev: torch.device) -> str:
-    if dev.type == "cuda":
-        return torch.cuda.get_device_name(dev)
-    import platform
-
-    return f"cpu ({platform.processor() or platform.machine()})"
-
-
 # --------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(
@@ -335,6 +269,12 @@ def main(argv: list[str] | None = None) -> None:
         "path for every schedule (compile time reported apart)",
     )
     p.add_argument(
+        "--plan-graphs",
+        action="store_true",
+        help="with --compile: also the full schedule compiled as one graph for all its layers "
+        "(skipdecode-full-compiled-plan)",
+    )
+    p.add_argument(
         "--no-floor", action="store_true", help="skip measuring the device's bandwidth and peak"
     )
     add_run_options(p, name=None)
@@ -345,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
+    if args.plan_graphs and not args.compile:
+        p.error("--plan-graphs: the plan graphs are compiled; allowed only with --compile")
 
     dtype = getattr(torch, args.dtype)
     limits = None
@@ -368,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
                     model=model,
                     compile=args.compile,
                     limits=limits,
+                    plan_graphs=args.plan_graphs,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)

@@ -98,6 +98,7 @@ def bench_speculative(
     draft_budget: int | None = None,
     draft_vocab: int | None = None,
     draft_warmup: int = 1,
+    compile_graph: str = "layer",
 ) -> dict[str, Any]:
     """One batch size: every variant over the whole workload, interleaved, median of
     ``repeats`` after a warm-up. ``draft_vocabs``: for each size N, the largest k again with
@@ -109,8 +110,9 @@ def bench_speculative(
     every variant on the compiled decode path. ``workload``: the prompts (default: every chat
     prompt). ``draft_budget``: the ``k`` variants draft with a constant plan of that many layers
     instead of the target plan; ``draft_vocab``: every speculative variant drafts over that many
-    tokens."""
-    dec = SkipDecoder(model, tokenizer, compile=compile)
+    tokens. ``compile_graph``: what one compiled graph covers (``"plan"``: all of a pass's
+    layers, one compile per layer set)."""
+    dec = SkipDecoder(model, tokenizer, compile=compile, compile_graph=compile_graph)
     L = dec.num_layers
     if workload is None:
         workload = load_workload("chat", tokenizer, len(CHAT_PROMPTS), Path("."))
@@ -245,6 +247,7 @@ def bench_speculative(
         "device": str(first_ids.device),
         "threads": torch.get_num_threads(),
         "compiled": compile,
+        "compile_graph": compile_graph if compile else None,
         "compile_s": dec.compiled.compile_seconds if dec.compiled is not None else None,
         # the GEMM form of each small-row product the compiled graphs were written with
         "matmul_forms": dec.compiled.forms.table() if dec.compiled is not None else None,
@@ -313,6 +316,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="every variant (the full baseline too) on the compiled decode path",
     )
+    p.add_argument(
+        "--plan-graphs",
+        action="store_true",
+        help="with --compile: one compiled graph for all of a pass's layers (one compile per "
+        "layer set: meant for constant drafts) instead of one per layer kind",
+    )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
     started = provenance()  # the code this run imports, recorded as such
@@ -330,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
+    if args.plan_graphs and not args.compile:
+        p.error("--plan-graphs: the plan graphs are compiled; allowed only with --compile")
     if args.draft_budget is not None and args.draft_budget < 2:
         p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
     budgets = [*args.draft_budgets, *([args.draft_budget] if args.draft_budget else [])]
@@ -366,6 +377,7 @@ def main(argv: list[str] | None = None) -> None:
             args.draft_budget,
             args.draft_vocab,
             args.draft_warmup,
+            "plan" if args.plan_graphs else "layer",
         )
         cell["model"] = str(path)
         cells.append(cell)

@@ -167,8 +167,11 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
             if name.endswith("-auto"):
                 off = r.get("turned_off", 0) + r.get("started_off", 0)
                 label += f" (off in {off}/{c['batches']} batches)"
+            path = "eager"
+            if c.get("compiled"):
+                path = "compiled, plan graphs" if c.get("compile_graph") == "plan" else "compiled"
             out.append(
-                f"| {Path(c['model']).name} | {'compiled' if c.get('compiled') else 'eager'} | "
+                f"| {Path(c['model']).name} | {path} | "
                 f"{c['batch_size']} | {label} | "
                 f"{cell_text(r.get('acceptance_rate'))} | {budgets} | "
                 f"{cell_text(r.get('tokens_per_verify'))} | "

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["Shape", "SHAPES", "build_random_model"]
+__all__ = ["Shape", "SHAPES", "build_random_model", "device_name", "random_prompts"]
 
 
 @dataclass(frozen=True)
@@ -144,3 +144,22 @@ def build_random_model(
     with torch.device(device):
         model = cls(cfg)
     return model.to(dtype).eval()
+
+
+def random_prompts(
+    batch: int, prompt_len: int, vocab: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` random prompts of ``prompt_len`` token ids (seeded: every call the same) and
+    their all-ones attention mask."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, vocab, (batch, prompt_len), generator=g)
+    return ids.to(device), torch.ones_like(ids).to(device)
+
+
+def device_name(dev: torch.device) -> str:
+    """The GPU's name, or ``cpu (<processor>)``: what a benchmark record names as its device."""
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()})"
