@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-plan-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -285,6 +285,14 @@ endef
 # Acceptance on more inputs than the speed runs: the 120- and 240-step drafts on the first 128
 # E2E test inputs, batch 1, k = 2, one timing each (no compiled generate), paired by input.
 SPEC_ACCEPTANCE := b10 b10_240steps
+speculative-b10-plan-graphs: $(STAMP) ## The 10-layer draft model (speculative-distill's b10 export) timed as speculative-distill's runs at batch 1 and 8, k = 2: with one compiled graph per layer kind, then with one per layer set (the draft's, the full model's) -> results/bench/speculative-b10-{layer,plan}-graphs
+	@test -f $(SPEC_BUDGETS_RUN)/b10/train/export/skipdecode.json || { echo "no $(SPEC_BUDGETS_RUN)/b10/train/export: run make speculative-distill first"; exit 2; }
+	@for g in layer plan; do \
+		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b10/train/export \
+			$(call spec_draft_bench,10) --batch-sizes 1 8 --ks 2 $$( [ $$g = plan ] && echo --plan-graphs ) \
+			--out results/bench --name speculative-b10-$$g-graphs $(ARGS) || exit 1; \
+	done
+
 speculative-b10-acceptance: $(STAMP) ## The 10-layer draft trained 120 and 240 steps (their exports from speculative-distill / speculative-b10-longer) on 128 E2E test inputs, batch 1, k = 2, compared input by input -> results/bench/speculative-b10-acceptance-128
 	@for r in $(SPEC_ACCEPTANCE); do test -f $(SPEC_BUDGETS_RUN)/$$r/train/export/skipdecode.json || \
 		{ echo "no $(SPEC_BUDGETS_RUN)/$$r/train/export: run make speculative-distill speculative-b10-longer first"; exit 2; }; done
@@ -381,6 +389,11 @@ bench-compiled: $(STAMP) ## CPU decode, smollm2-135m shape, batch 1/8/32: genera
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
 		--new-tokens 32 --repeats 5 --speedups 2 3 4 --compile --out results/bench \
 		--name decode-smollm2-cpu-compiled $(ARGS)
+
+bench-plan-graphs: $(STAMP) ## CPU decode, smollm2-135m shape, batch 1/8/32: the full schedule on the compiled path with one graph per layer (as bench-compiled) and one graph for all its layers, beside eager and compiled generate -> results/bench/decode-smollm2-cpu-plan-graphs
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
+		--new-tokens 32 --repeats 5 --speedups 2 --compile --plan-graphs --out results/bench \
+		--name decode-smollm2-cpu-plan-graphs $(ARGS)
 
 bench-pays: $(STAMP) ## Where skipping pays: a step's cost split (layers vs head) and ideal vs measured speedups for the smollm2-135m, gemma3-270m and opt-1.3b shapes (CPU, fp32, batch 1/8) -> results/bench
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m gemma3-270m opt-1.3b --batch-sizes 1 8 \
