@@ -58,9 +58,8 @@ class SkipDecoder:
         self.tokenizer = tokenizer
         self.adapter: DecoderAdapter = get_adapter(model)
         self.cache_kind = cache
-        # compile=True (or a torch.compile mode): decode passes run the compiled layer step
-        # (core.compiled); the eager path stays the reference. Prefill is eager.
-        # compile_graph="plan": one compiled graph per layer set instead (core.compiled).
+        # compile=True (or a torch.compile mode): decode passes run compiled (core.compiled), a
+        # graph per layer kind or per layer set (compile_graph="plan"); prefill runs eager.
         self.compiled: CompiledLayers | None = None
         if compile:
             mode = "default" if compile is True else str(compile)
