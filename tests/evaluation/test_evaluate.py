@@ -222,6 +222,26 @@ def test_unused_and_moved_keys_are_refused(model_dir, tmp_path):
         evaluate(cfg)
     with pytest.raises(EvaluationError, match=r"unused config key\(s\) \['eval\.limt'\]"):
         evaluate(_cfg(model_dir, tmp_path, "+eval.limt=3"))
+    with pytest.raises(
+        EvaluationError, match=r"eval\.compile_graph: 'model' is not allowed; .*'plan'"
+    ):
+        evaluate(_cfg(model_dir, tmp_path, "eval.compile=true", "eval.compile_graph=model"))
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_compiled_plan_graphs_write_the_eager_generations(model_dir, tmp_path):
+    """eval.compile with eval.compile_graph=plan: the full schedule's and a constant-draft
+    lossless schedule's outputs are the eager path's, and the record says how it decoded."""
+    lossless = ["schedule=speculative_b8", "schedule.draft.budgets=[3]", "schedule.k=2"]
+    lossless += ["schedule.threshold=null", "schedule.draft_vocab=null"]
+    texts = {}
+    for name, extra in (("eager", []), ("plan", ["eval.compile=true", "eval.compile_graph=plan"])):
+        out = tmp_path / name
+        record = evaluate(_cfg(model_dir, out, "eval.limit=4", *lossless, *extra))
+        texts[name] = [json.loads(line)["output"] for line in (out / "generations.jsonl").open()]
+        assert record["generation"]["compile_graph"] == ("plan" if extra else "layer")
+        assert record["speed"]["compiled"] is bool(extra)
+    assert texts["plan"] == texts["eager"]
 
 
 def test_eval_keys_are_honoured_and_bleu_follows_the_dataset_convention(model_dir, tmp_path):

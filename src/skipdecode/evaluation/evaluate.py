@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig
 
 from ..config import ConfigError, config_dir, resolve_config
+from ..core.compiled import COMPILE_GRAPHS
 from ..core.engine import SkipDecoder
 from ..data.datasets import get_task, median_target_length
 from ..io import write_json_atomic, write_jsonl_atomic
@@ -117,7 +118,11 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = SkipDecoder(
-        lm.model, tokenizer, cache=ev.get("cache", "static"), compile=ev.get("compile") or False
+        lm.model,
+        tokenizer,
+        cache=ev.get("cache", "static"),
+        compile=ev.get("compile") or False,
+        compile_graph=ev.get("compile_graph") or "layer",
     )
     expected, expected_source = lm.meta.get("expected_length"), "skipdecode.json"
     if not expected:  # never from the split being scored: the held-out validation split
@@ -199,6 +204,7 @@ ALLOWED_KEYS: dict[str, set[str]] = {
         "dtype",
         "cache",
         "compile",
+        "compile_graph",
         "calibration",
         "speed",
         "metrics",
@@ -231,6 +237,11 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = int(c.get("seed", 0))
     _check_keys(c)
+    if (ev.get("compile_graph") or "layer") not in COMPILE_GRAPHS:
+        raise EvaluationError(
+            f"eval.compile_graph: {ev['compile_graph']!r} is not allowed; choose one of "
+            f"{list(COMPILE_GRAPHS)}"
+        )
     if ev.get("threads"):
         torch.set_num_threads(int(ev["threads"]))
     pl.seed_everything(seed, verbose=False)
@@ -330,6 +341,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             **gen,
             "cache": ev.get("cache", "static"),
             "compile": ev.get("compile") or False,
+            "compile_graph": ev.get("compile_graph") or "layer",
             "baseline": baseline,
             "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
             "repeats": run.repeats,

@@ -73,7 +73,9 @@ def without_sizes(ident: Mapping[str, Any]) -> dict[str, Any]:
 #: Evaluation settings added after results were published (dotted paths in the ``eval`` group):
 #: at these values they are left out of the hash, so a published evaluation keeps its id (any
 #: other value is a new evaluation).
-_LATER_EVAL_DEFAULTS: dict[str, Any] = {"compile": False, "metrics.e2e": False}
+_LATER_EVAL_DEFAULTS: dict[str, Any] = {
+    "compile": False, "compile_graph": "layer", "metrics.e2e": False
+}  # fmt: skip
 
 
 #: The calibration settings every evaluation was published with before ``eval.calibration.limit``
