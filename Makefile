@@ -385,7 +385,7 @@ spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a tu
 spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no general fine-tune trains on (the first 40 of each task; 52 min on a 2-core Intel Xeon) -> results/bench/spec-bench-240-b8-base{,-intervals}
 	$(call spec_bench_base,spec-bench-240-b8-base,--per-task 40)
 
-spec-bench-held-out-finetuned: $(STAMP) smollm2 ## spec-bench-finetune's model decoded as spec-bench-held-out (240 questions), against its own plain decoding per task and against the base run question by question, with bootstrap intervals (about 55 min) -> results/bench/spec-bench-240-b8-{finetuned,finetuned-intervals,compare}
+spec-bench-held-out-finetuned: $(STAMP) smollm2 ## spec-bench-finetune's model decoded as spec-bench-held-out (240 questions), against its own plain decoding per task and against the base run question by question, with bootstrap intervals (40 min on a 2-core Intel Xeon) -> results/bench/spec-bench-240-b8-{finetuned,finetuned-intervals,compare}
 	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-distill spec-bench-finetune first"; exit 2; }
 	@test -f results/bench/spec-bench-240-b8-base.json || { echo "no results/bench/spec-bench-240-b8-base: run make spec-bench-held-out first"; exit 2; }
 	$(call spec_bench_base,spec-bench-240-b8-finetuned,--per-task 40 --model $(SPEC_BENCH_RUN)/train/export)
