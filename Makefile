@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-plan-graphs e2e-b10-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-plan-graphs speculative-b10-plan-graphs-b32 e2e-b10-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -285,18 +285,27 @@ endef
 # Acceptance on more inputs than the speed runs: the 120- and 240-step drafts on the first 128
 # E2E test inputs, batch 1, k = 2, one timing each (no compiled generate), paired by input.
 SPEC_ACCEPTANCE := b10 b10_240steps
-speculative-b10-plan-graphs: $(STAMP) ## The 10-layer draft model (speculative-distill's b10 export) timed as speculative-distill's runs at batch 1 and 8, k = 2: with one compiled graph per layer kind, then with one per layer set (the draft's, the full model's) -> results/bench/speculative-b10-{layer,plan}-graphs
-	@test -f $(SPEC_BUDGETS_RUN)/b10/train/export/skipdecode.json || { echo "no $(SPEC_BUDGETS_RUN)/b10/train/export: run make speculative-distill first"; exit 2; }
-	@for g in layer plan; do \
+# The 10-layer draft model on layer graphs, then plan graphs, timed alike:
+# $(call b10_graphs,<batch sizes>,<E2E test inputs>,<name suffix>)
+b10_graphs = for g in layer plan; do \
 		$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --model $(SPEC_BUDGETS_RUN)/b10/train/export \
-			$(call spec_draft_bench,10) --batch-sizes 1 8 --ks 2 $$( [ $$g = plan ] && echo --plan-graphs ) \
-			--out results/bench --name speculative-b10-$$g-graphs $(ARGS) || exit 1; \
+			$(call spec_draft_bench,10) --batch-sizes $(1) --prompts $(2) --ks 2 \
+			$$( [ $$g = plan ] && echo --plan-graphs ) --out results/bench \
+			--name speculative-b10-$$g-graphs$(3) $(ARGS) || exit 1; \
 	done
+need_b10_export = test -f $(SPEC_BUDGETS_RUN)/b10/train/export/skipdecode.json || { echo "no $(SPEC_BUDGETS_RUN)/b10/train/export: run make speculative-distill first"; exit 2; }
+speculative-b10-plan-graphs: $(STAMP) ## The 10-layer draft model (speculative-distill's b10 export) timed as speculative-distill's runs at batch 1 and 8, k = 2: with one compiled graph per layer kind, then with one per layer set (the draft's, the full model's) -> results/bench/speculative-b10-{layer,plan}-graphs
+	@$(need_b10_export)
+	@$(call b10_graphs,1 8,16,)
+
+speculative-b10-plan-graphs-b32: $(STAMP) ## speculative-b10-plan-graphs at batch 32 on the first 64 E2E test inputs (two batches that compact as rows finish) -> results/bench/speculative-b10-{layer,plan}-graphs-b32
+	@$(need_b10_export)
+	@$(call b10_graphs,32,64,-b32)
 
 # reproduce-cpu's speculative_b10 cell (E2E test set, batch 32, k = 2, compiled) evaluated from
 # speculative-distill's b10 export, which retrains that cell's model (the same config and seed)
 e2e-b10-graphs: $(STAMP) smollm2 ## reproduce-cpu's speculative_b10 cell evaluated again from speculative-distill's b10 export (its config and seed) on the whole E2E test set, on layer graphs then on one graph per layer set, each against the full model on its own path -> results/e2e_smollm2_b10_graphs/{layer,plan}
-	@test -f $(SPEC_BUDGETS_RUN)/b10/train/export/skipdecode.json || { echo "no $(SPEC_BUDGETS_RUN)/b10/train/export: run make speculative-distill first"; exit 2; }
+	@$(need_b10_export)
 	@for g in layer plan; do \
 		$(OFFLINE) $(PY) -m skipdecode.evaluate checkpoint=$(SPEC_BUDGETS_RUN)/b10/train/export \
 			schedule=speculative_b10 schedule.k=2 eval.compile=true eval.compile_graph=$$g \
