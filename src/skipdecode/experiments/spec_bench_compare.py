@@ -153,18 +153,26 @@ def _check_comparable(baseline: dict[str, Any], system: dict[str, Any], method: 
     return ids
 
 
-def _stratified_draws(tasks: list[str], resamples: int, seed: int) -> dict[str, np.ndarray]:
-    """Each task's question rows drawn with replacement within the task (``resamples`` x the
-    task's count), in Spec-Bench's task order, and ``"overall"``: every task's draws joined, as a
-    run fixes how many questions each task has."""
+def _tasks(run: dict[str, Any], method: str, ids: list[int]) -> list[str]:
+    """The Spec-Bench task of each question in ``ids``."""
+    category = {a["question_id"]: a["category"] for a in run[method]}
+    return [task_of(category[q]) for q in ids]
+
+
+def _stratified_draws(
+    tasks: list[str], resamples: int, seed: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per task, in Spec-Bench's task order: its question rows and those rows drawn with
+    replacement within the task (``resamples`` x the task's count); then ``"overall"``: every
+    row and every task's draws joined, as a run fixes how many questions each task has."""
     rng = np.random.default_rng(seed)
     present = [t for t in TASKS if t in tasks] + sorted(set(tasks) - set(TASKS))
-    draws = {}
+    out = {}
     for task in present:
         rows = np.flatnonzero(np.array(tasks) == task)
-        draws[task] = rows[rng.integers(0, rows.size, size=(resamples, rows.size))]
-    draws["overall"] = np.concatenate(list(draws.values()), axis=1)
-    return draws
+        out[task] = rows, rows[rng.integers(0, rows.size, size=(resamples, rows.size))]
+    out["overall"] = np.arange(len(tasks)), np.concatenate([d for _, d in out.values()], axis=1)
+    return out
 
 
 def _difference(
@@ -173,14 +181,14 @@ def _difference(
     """Both runs' measures over ``rows`` and system - baseline, with the 2.5th/97.5th
     percentiles over ``draws`` (the same drawn questions for both runs: paired) where given."""
     observed_base, observed_mine = base.measures(rows), mine.measures(rows)
+    drawn = None if draws is None else (base.measures(draws), mine.measures(draws))
     out = {}
     for name in MEASURES:
         delta = float(observed_mine[name] - observed_base[name])
-        if draws is None:
+        if drawn is None:
             interval = {"delta": delta, "ci95_low": None, "ci95_high": None}
         else:
-            drawn = mine.measures(draws)[name] - base.measures(draws)[name]
-            interval = percentile_interval(delta, drawn)
+            interval = percentile_interval(delta, drawn[1][name] - drawn[0][name])
         out[name] = {
             "baseline": float(observed_base[name]),
             "system": float(observed_mine[name]),
@@ -212,21 +220,18 @@ def compare_runs(
     ids = _check_comparable(baseline, system, method)
     base = _question_stats(baseline, method, ids, "baseline")
     mine = _question_stats(system, method, ids, "system")
-    category = {a["question_id"]: a["category"] for a in baseline[method]}
-    tasks = [task_of(category[q]) for q in ids]
-    draws = _stratified_draws(tasks, resamples, seed)
+    draws = _stratified_draws(_tasks(baseline, method, ids), resamples, seed)
+    overall = draws.pop("overall")
     by_task = []
-    for task, drawn_rows in draws.items():
-        if task != "overall":
-            rows = np.flatnonzero(np.array(tasks) == task)
-            enough = rows.size >= TASK_INTERVAL_MIN_QUESTIONS
-            measured = _difference(base, mine, rows, drawn_rows if enough else None)
-            by_task.append({"task": task, "questions": int(rows.size)} | measured)
+    for task, (rows, drawn_rows) in draws.items():
+        enough = rows.size >= TASK_INTERVAL_MIN_QUESTIONS
+        measured = _difference(base, mine, rows, drawn_rows if enough else None)
+        by_task.append({"task": task, "questions": int(rows.size)} | measured)
     alike, turns = _plain_turns_alike(baseline, system, ids)
     return {
         "method": method,
         "questions": len(ids),
-        "overall": _difference(base, mine, np.arange(len(ids)), draws["overall"]),
+        "overall": _difference(base, mine, *overall),
         "tasks": by_task,
         "identical_to_plain": all(
             a.get("identical_to_plain", False) for run in (baseline, system) for a in run[method]
@@ -308,11 +313,9 @@ def method_intervals(
     if not ids:
         raise SpecBenchCompareError(f"--method: the run's {method}.jsonl holds no questions")
     stats = _question_stats(run, method, ids, "run")
-    category = {a["question_id"]: a["category"] for a in run[method]}
-    tasks = [task_of(category[q]) for q in ids]
     out = []
-    for task, drawn_rows in _stratified_draws(tasks, resamples, seed).items():
-        rows = np.arange(len(ids)) if task == "overall" else np.flatnonzero(np.array(tasks) == task)
+    draws = _stratified_draws(_tasks(run, method, ids), resamples, seed)
+    for task, (rows, drawn_rows) in draws.items():
         observed, drawn = stats.measures(rows), stats.measures(drawn_rows)
         measured = {}
         for name in MEASURES:
