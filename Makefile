@@ -334,10 +334,13 @@ spec-bench-finetune: $(STAMP) smollm2 ## Joint fine-tune with a constant 8-layer
 	@test -f $(SPEC_BENCH_DATA)/train.jsonl || { echo "no $(SPEC_BENCH_DATA): run make spec-bench-distill first"; exit 2; }
 	$(OFFLINE) $(PY) -m skipdecode.train experiment=spec_bench_smollm2 hydra.run.dir=$(SPEC_BENCH_RUN)/train $(ARGS)
 
+# The general fine-tune's export must exist: $(need_spec_bench_export)
+need_spec_bench_export = test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || \
+	{ echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-distill spec-bench-finetune first"; exit 2; }
 SPEC_BENCH_HELD_OUT := --per-task 3 --new-tokens 96 --draft-budget 8 --draft-vocab 4096 \
 	--draft-vocab-data $(SPEC_BENCH_DATA)
 spec-bench-finetuned: $(STAMP) smollm2 ## Spec-Bench's held-out questions (first 3 of each task, 96 tokens a turn, batch 1), constant 8-layer draft: base SmolLM2 and its general fine-tune, compared with a bootstrap interval -> results/bench/spec-bench-b8-{base,finetuned,compare}
-	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-finetune first"; exit 2; }
+	@$(need_spec_bench_export)
 	$(OFFLINE) $(PY) -m skipdecode.experiments.spec_bench $(SPEC_BENCH_HELD_OUT) --model $(SPEC_BENCH_RUN)/train/export \
 		--ks 2 3 --auto-off --out results/bench --name spec-bench-b8-finetuned $(ARGS)
 	mkdir -p results/bench/spec-bench-b8-finetuned/training
@@ -395,7 +398,7 @@ spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no 
 	$(call spec_bench_base,spec-bench-240-b8-base,--per-task 40)
 
 spec-bench-held-out-finetuned: $(STAMP) smollm2 ## spec-bench-finetune's model decoded as spec-bench-held-out (240 questions), against its own plain decoding per task and against the base run question by question, with bootstrap intervals (40 min on a 2-core Intel Xeon) -> results/bench/spec-bench-240-b8-{finetuned,finetuned-intervals,compare}
-	@test -f $(SPEC_BENCH_RUN)/train/export/skipdecode.json || { echo "no $(SPEC_BENCH_RUN)/train/export: run make spec-bench-distill spec-bench-finetune first"; exit 2; }
+	@$(need_spec_bench_export)
 	@test -f results/bench/spec-bench-240-b8-base.json || { echo "no results/bench/spec-bench-240-b8-base: run make spec-bench-held-out first"; exit 2; }
 	$(call spec_bench_base,spec-bench-240-b8-finetuned,--per-task 40 --model $(SPEC_BENCH_RUN)/train/export)
 	mkdir -p results/bench/spec-bench-240-b8-finetuned/training
