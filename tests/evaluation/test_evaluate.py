@@ -226,7 +226,14 @@ def test_unused_and_moved_keys_are_refused(model_dir, tmp_path):
         EvaluationError, match=r"eval\.compile_graph: 'model' is not allowed; .*'plan'"
     ):
         evaluate(_cfg(model_dir, tmp_path, "eval.compile=true", "eval.compile_graph=model"))
+    with pytest.raises(
+        EvaluationError,
+        match=r"eval\.compile_graph: 'plan' is a kind of compiled graph, and eval\.compile is "
+        r"False; allowed with eval\.compile=true",
+    ):
+        evaluate(_cfg(model_dir, tmp_path / "eager", "eval.compile_graph=plan"))
     assert not (tmp_path / "record.json").exists()
+    assert not (tmp_path / "eager").exists()  # refused before anything is written
 
 
 def test_compiled_plan_graphs_write_the_eager_generations(model_dir, tmp_path):

@@ -348,3 +348,12 @@ def test_decode_bench_times_the_full_schedule_on_plan_graphs(tmp_path):
     assert "skipdecode-2x-compiled-plan" not in cell["variants"]  # a graph per layer set
     assert plan["speedup_vs_transformers_generate_compiled"] > 0
     assert "| skipdecode-full-compiled-plan |" in (tmp_path / "plan.md").read_text()
+
+
+def test_decode_bench_refuses_plan_graphs_without_compile(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--shapes", "tiny", "--plan-graphs", "--no-floor", "--out", str(tmp_path)])
+    assert "--plan-graphs: the plan graphs are compiled; allowed only with --compile" in (
+        capsys.readouterr().err
+    )
+    assert not list(tmp_path.iterdir())  # refused before anything is written

@@ -227,21 +227,31 @@ def _check_keys(c: Mapping[str, Any]) -> None:
             )
 
 
+def _check_compile_graph(ev: Mapping[str, Any]) -> None:
+    """``eval.compile_graph`` names a kind of compiled graph, so it needs ``eval.compile``."""
+    graph = ev.get("compile_graph") or "layer"
+    if graph not in COMPILE_GRAPHS:
+        raise EvaluationError(
+            f"eval.compile_graph: {graph!r} is not allowed; choose one of {list(COMPILE_GRAPHS)}"
+        )
+    if graph != "layer" and not ev.get("compile"):
+        raise EvaluationError(
+            f"eval.compile_graph: {graph!r} is a kind of compiled graph, and eval.compile is "
+            f"{ev.get('compile')!r}; allowed with eval.compile=true (or compile_graph=layer)"
+        )
+
+
 def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     try:
         c = resolve_config(cfg)
     except ConfigError as e:
         raise EvaluationError(str(e)) from e
     ev = c["eval"]
+    _check_keys(c)
+    _check_compile_graph(ev)
     out_dir = Path(c["output_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = int(c.get("seed", 0))
-    _check_keys(c)
-    if (ev.get("compile_graph") or "layer") not in COMPILE_GRAPHS:
-        raise EvaluationError(
-            f"eval.compile_graph: {ev['compile_graph']!r} is not allowed; choose one of "
-            f"{list(COMPILE_GRAPHS)}"
-        )
     if ev.get("threads"):
         torch.set_num_threads(int(ev["threads"]))
     pl.seed_everything(seed, verbose=False)

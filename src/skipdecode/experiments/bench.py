@@ -31,7 +31,14 @@ from ..core.engine import SkipDecoder
 from ..core.floor import DeviceLimits, measure_device, step_floor_seconds
 from ..progress import progress
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup
-from .bench_tables import add_run_options, decode_table, train_table, write_bench
+from .bench_tables import (
+    add_plan_graphs_option,
+    add_run_options,
+    compile_graph_of,
+    decode_table,
+    train_table,
+    write_bench,
+)
 from .bench_training import bench_train
 from .shapes import SHAPES, build_random_model, device_name, random_prompts
 
@@ -268,10 +275,9 @@ def main(argv: list[str] | None = None) -> None:
         help="add transformers' compiled generate (static cache) and the compiled skipdecode "
         "path for every schedule (compile time reported apart)",
     )
-    p.add_argument(
-        "--plan-graphs",
-        action="store_true",
-        help="with --compile: also the full schedule compiled as one graph for all its layers "
+    add_plan_graphs_option(
+        p,
+        "also the full schedule compiled as one graph for all its layers "
         "(skipdecode-full-compiled-plan)",
     )
     p.add_argument(
@@ -285,8 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
-    if args.plan_graphs and not args.compile:
-        p.error("--plan-graphs: the plan graphs are compiled; allowed only with --compile")
+    plan_graphs = compile_graph_of(p, args) == "plan"
 
     dtype = getattr(torch, args.dtype)
     limits = None
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
                     model=model,
                     compile=args.compile,
                     limits=limits,
-                    plan_graphs=args.plan_graphs,
+                    plan_graphs=plan_graphs,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)

@@ -47,7 +47,14 @@ from ..core.engine import SkipDecoder
 from ..progress import progress
 from ..provenance import provenance
 from ..schedules import FullSchedule, Schedule, build_schedule
-from .bench_tables import add_run_options, load_bench_model, speculative_table, write_bench
+from .bench_tables import (
+    add_plan_graphs_option,
+    add_run_options,
+    compile_graph_of,
+    load_bench_model,
+    speculative_table,
+    write_bench,
+)
 from .bench_workloads import CHAT_PROMPTS, WORKLOADS, Workload, load_workload
 
 __all__ = ["CHAT_PROMPTS", "bench_speculative", "round_cost", "main"]
@@ -316,11 +323,10 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="every variant (the full baseline too) on the compiled decode path",
     )
-    p.add_argument(
-        "--plan-graphs",
-        action="store_true",
-        help="with --compile: one compiled graph for all of a pass's layers (one compile per "
-        "layer set: meant for constant drafts) instead of one per layer kind",
+    add_plan_graphs_option(
+        p,
+        "one compiled graph for all of a pass's layers (one compile per layer set: meant "
+        "for constant drafts) instead of one per layer kind",
     )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
@@ -339,8 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
-    if args.plan_graphs and not args.compile:
-        p.error("--plan-graphs: the plan graphs are compiled; allowed only with --compile")
+    compile_graph = compile_graph_of(p, args)
     if args.draft_budget is not None and args.draft_budget < 2:
         p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
     budgets = [*args.draft_budgets, *([args.draft_budget] if args.draft_budget else [])]
@@ -377,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
             args.draft_budget,
             args.draft_vocab,
             args.draft_warmup,
-            "plan" if args.plan_graphs else "layer",
+            compile_graph,
         )
         cell["model"] = str(path)
         cells.append(cell)

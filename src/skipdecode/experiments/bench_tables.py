@@ -36,6 +36,20 @@ def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
     )
 
 
+def add_plan_graphs_option(p: argparse.ArgumentParser, what: str) -> None:
+    """``--plan-graphs``: with ``--compile``, one compiled graph for all of a pass's layers
+    (:data:`~skipdecode.core.compiled.COMPILE_GRAPHS`' ``"plan"``); ``what``: which passes."""
+    p.add_argument("--plan-graphs", action="store_true", help=f"with --compile: {what}")
+
+
+def compile_graph_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The kind of compiled graph the options ask for (``"plan"`` with ``--plan-graphs``, else
+    ``"layer"``); ``--plan-graphs`` without ``--compile`` is refused."""
+    if args.plan_graphs and not args.compile:
+        p.error("--plan-graphs: the plan graphs are compiled; allowed only with --compile")
+    return "plan" if args.plan_graphs else "layer"
+
+
 def load_bench_model(model_dir: Path | None, dtype: str, device: str) -> tuple[Any, Any, Path]:
     """``(model, tokenizer, path)`` of a benchmark's model: ``model_dir``, else the converted
     SmolLM2 (``make smollm2``), in eval mode on ``device``."""
