@@ -19,6 +19,11 @@ ARGS = {"workload": "e2e-test", "prompts": "3", "batch_sizes": "[1, 8]", "ks": "
         "dtype": "float32", "device": "cpu"}  # fmt: skip
 
 
+# a round of two draft passes: 2 x 0.2 + 1.5 + 0.01 + 0.03 = 1.94 full steps for 2 steps
+COST = {"draft_pass": 0.2, "verify_per_round": 1.5, "accept_per_round": 0.01,
+        "bookkeeping_per_round": 0.03, "steps_per_round": 2.0, "predicted_speedup": 2.0 / 1.94}  # fmt: skip
+
+
 def _variant(full_s: list[float], spec_s: list[float], accepted: list[int], rounds: list[int]):
     per_batch = [
         {"decode_s": s, "steps": r, "tokens": a + r, "drafted": 2 * r, "accepted": a,
@@ -30,7 +35,7 @@ def _variant(full_s: list[float], spec_s: list[float], accepted: list[int], roun
         "acceptance_rate": sum(accepted) / (2 * sum(rounds)),
         "tokens_per_verify": (sum(accepted) + sum(rounds)) / sum(rounds),
         "identical_to_full": True,
-        "cost": {"draft_pass": 0.2, "verify_per_round": 1.5, "predicted_speedup": 1.0},
+        "cost": COST,
         "per_batch": per_batch,
     }
 
@@ -89,7 +94,14 @@ def test_the_fastest_budget_is_chosen_and_compared_prompt_by_prompt(tmp_path):
     table = budgets_table(result)
     assert "| 1 | 8 | 2 (chosen) |" in table and "| 6 | +0.600 [" in table
     assert "(k = 2) |" in table
-    assert "| 1.20x | 40.00 | True |" in table  # measured, then the run's own full step
+    # measured; 2 steps a round got, 1.5 x 1.94 needed for 1.5x; 3 / 1.94 at full acceptance
+    assert "| 1.20x | 2.00 / 2.91 | 1.55x | 40.00 | True |" in table
+    assert "| 2.00 / 2.91 | 1.87x |" in table  # k = 3: 4 steps for 3 x 0.2 + 1.54
+    assert [r["ceiling"] for r in one["rows"][:2]] == pytest.approx([3 / 1.94, 4 / 2.14])
+    assert "steps a round: got / for 1.5x | ceiling (all accepted) |" in table
+    two = choose_budgets(runs, resamples=10, goal=2.0)["batches"][0]["rows"][0]
+    assert two["steps_for_goal"] == pytest.approx(2 * 1.94)
+    assert two["ceiling"] == pytest.approx(3 / 1.94)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +129,8 @@ def test_a_run_without_a_draft_budget_and_a_lone_run_are_refused(tmp_path, capsy
         choose_budgets([lone])
     with pytest.raises(BudgetError, match="resamples=0"):
         choose_budgets([lone, lone], resamples=0)
+    with pytest.raises(BudgetError, match=r"goal=1\.0; allowed: a speedup > 1"):
+        choose_budgets([lone, lone], goal=1.0)
     with pytest.raises(SystemExit) as err:
         main([str(path), str(tmp_path / "b8.json"), f"--out={tmp_path}"])
     assert err.value.code == 2 and "draft_budget='None'" in capsys.readouterr().err

@@ -8,7 +8,12 @@ Per batch size, for every budget b and every k: acceptance, tokens per verify pa
 cost split in full decode steps (a draft pass, the verify pass), the speedup that cost model
 predicts, ``tokens per round / (drafts x draft cost + verify + acceptance + bookkeeping)`` (the
 issue's objective, measured), and the measured speedup over the same model's own full decoding.
-The chosen setting per batch size is the highest measured speedup.
+The chosen setting per batch size is the highest measured speedup. Beside them, what the same
+cost split allows: the steps a round must advance for a goal speedup (``--goal``, default 1.5x:
+goal x the round's cost; at batch 1 a round advances its tokens per verify) and the ceiling,
+the speedup were every drafted token accepted (``k + 1`` tokens for ``k`` draft passes, the
+verify, acceptance and bookkeeping at their measured cost). So each row says whether its
+acceptance or its costs stand between it and the goal.
 
 At batch 1 every batch is one prompt, so the runs can be compared prompt by prompt, each with a
 95% paired bootstrap interval over prompts (the same draws for both runs): the chosen setting
@@ -53,6 +58,10 @@ SHARED_SETTINGS = (
     "workload", "prompts", "batch_sizes", "ks", "new_tokens", "draft_vocab", "draft_speedup",
     "auto_off", "repeats", "compile", "dtype", "device",
 )  # fmt: skip
+
+
+#: The speedup whose needed steps a round the table reports by default.
+GOAL = 1.5
 
 
 class BudgetError(ValueError):
@@ -115,8 +124,24 @@ def _check_comparable(runs: list[dict[str, Any]]) -> None:
                 )
 
 
-def _row(run: dict[str, Any], k: int, cell: dict[str, Any]) -> dict[str, Any]:
-    """One (draft, k) of one batch size's cell: its figures and its own full step's time."""
+def _round_limits(cost: dict[str, Any], k: int, goal: float) -> dict[str, float | None]:
+    """From a round's cost split (full steps): the steps a round must advance for ``goal``, and
+    the speedup at full acceptance (``k + 1`` steps a round for ``k`` draft passes)."""
+    if not cost.get("predicted_speedup") or cost.get("draft_pass") is None:
+        return {"steps_for_goal": None, "ceiling": None}
+    round_cost = cost["steps_per_round"] / cost["predicted_speedup"]
+    full_round = (
+        k * cost["draft_pass"]
+        + cost["verify_per_round"]
+        + cost["accept_per_round"]
+        + cost["bookkeeping_per_round"]
+    )
+    return {"steps_for_goal": goal * round_cost, "ceiling": (k + 1) / full_round}
+
+
+def _row(run: dict[str, Any], k: int, cell: dict[str, Any], goal: float) -> dict[str, Any]:
+    """One (draft, k) of one batch size's cell: its figures, what its cost split allows, and
+    its own full step's time."""
     variant = cell["variants"][f"speculative-k{k}"]
     cost = variant.get("cost") or {}
     return {
@@ -128,6 +153,8 @@ def _row(run: dict[str, Any], k: int, cell: dict[str, Any]) -> dict[str, Any]:
         "draft_pass": cost.get("draft_pass"),
         "verify": cost.get("verify_per_round"),
         "predicted": cost.get("predicted_speedup"),
+        "steps_per_round": cost.get("steps_per_round"),
+        **_round_limits(cost, k, goal),
         "measured": variant["speedup_vs_full"],
         "exact": variant.get("identical_to_full"),
         "full_ms_per_step": cell["variants"]["skipdecode-full"]["ms_per_step_of_full"],
@@ -194,20 +221,25 @@ def _against(
 
 
 def choose_budgets(
-    runs: list[dict[str, Any]], resamples: int = BOOTSTRAP_RESAMPLES
+    runs: list[dict[str, Any]], resamples: int = BOOTSTRAP_RESAMPLES, goal: float = GOAL
 ) -> dict[str, Any]:
-    """Per batch size every (budget, k), the chosen one (highest measured speedup), and at batch
-    1 the chosen setting against each other budget with paired bootstrap intervals: tokens per
-    verify at the chosen k, speedup at that budget's own best k."""
+    """Per batch size every (budget, k) with what its cost split allows for ``goal``, the chosen
+    one (highest measured speedup), and at batch 1 the chosen setting against each other budget
+    with paired bootstrap intervals: tokens per verify at the chosen k, speedup at that budget's
+    own best k."""
     if resamples < 1:
         raise BudgetError(f"resamples={resamples}; allowed: >= 1")
+    if not goal > 1:
+        raise BudgetError(f"goal={goal}; allowed: a speedup > 1")
     _check_comparable(runs)
     runs = sorted(runs, key=lambda r: (r["budget"], r["draft"]))
     batches = []
     for cells in zip(*(r["cells"] for r in runs), strict=True):
         size = cells[0]["batch_size"]
         rows = [
-            _row(run, k, cell) for run, cell in zip(runs, cells, strict=True) for k in _ks(cell)
+            _row(run, k, cell, goal)
+            for run, cell in zip(runs, cells, strict=True)
+            for k in _ks(cell)
         ]
         best = max(rows, key=lambda r: r["measured"])
         best_predicted = max(rows, key=lambda r: r["predicted"] or 0.0)
@@ -233,6 +265,7 @@ def choose_budgets(
         "drafts": [r["draft"] for r in runs],
         "budgets": [r["budget"] for r in runs],
         "resamples": resamples,
+        "goal": goal,
         "interval": "95% paired bootstrap over prompts (batch 1); one trained model per draft, "
         "so neither training seeds nor timing noise between runs are sampled, and computed on "
         "the data that chose the winner",
@@ -243,8 +276,9 @@ def choose_budgets(
 def budgets_table(result: dict[str, Any]) -> str:
     out = [
         "| batch | draft | k | acceptance | tokens/verify | draft pass | verify | predicted | "
-        "measured vs own full | own full, ms/step | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"measured vs own full | steps a round: got / for {result['goal']:g}x | "
+        "ceiling (all accepted) | own full, ms/step | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for batch in result["batches"]:
         chosen = batch["chosen"]
@@ -255,6 +289,8 @@ def budgets_table(result: dict[str, Any]) -> str:
                 f"{cell_text(r['acceptance'])} | {cell_text(r['tokens_per_verify'])} | "
                 f"{cell_text(r['draft_pass'])} | {cell_text(r['verify'])} | "
                 f"{cell_text(r['predicted'], '{:.2f}x')} | {cell_text(r['measured'], '{:.2f}x')} | "
+                f"{cell_text(r['steps_per_round'])} / {cell_text(r['steps_for_goal'])} | "
+                f"{cell_text(r['ceiling'], '{:.2f}x')} | "
                 f"{cell_text(r['full_ms_per_step'])} | {r['exact']} |"
             )
     for batch in result["batches"]:
@@ -289,6 +325,12 @@ def main(argv: list[str] | None = None) -> None:
         "--labels", nargs="+", help="a name for each record's draft (default: its budget)"
     )
     p.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES)
+    p.add_argument(
+        "--goal",
+        type=float,
+        default=GOAL,
+        help=f"the speedup whose needed steps a round each row reports (default {GOAL})",
+    )
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     p.add_argument("--name", default="speculative-budgets")
     args = p.parse_args(argv)
@@ -300,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     try:
         runs = [load_budget_run(r, label) for r, label in zip(args.records, labels, strict=True)]
-        result = choose_budgets(runs, args.resamples)
+        result = choose_budgets(runs, args.resamples, args.goal)
     except BudgetError as err:
         p.error(str(err))
     write_bench(args.out, args.name, result, budgets_table(result))
