@@ -391,7 +391,7 @@ define spec_bench_base
 		--method speculative-k2 --out results/bench --name $(1)-intervals
 endef
 
-spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (about 1.8 h on 2 cores, twice spec-bench-held-out's run) -> results/bench/spec-bench-480-b8-base{,-intervals}
+spec-bench-all: $(STAMP) smollm2 ## All 480 Spec-Bench questions (96 tokens a turn, batch 1) with base SmolLM2: plain and a constant 8-layer draft over the tokenizer's first 4,096 ids at k = 2, then the draft against plain per task with bootstrap intervals; resumes a killed run (76 min on a 2-core Intel Xeon) -> results/bench/spec-bench-480-b8-base{,-intervals}
 	$(call spec_bench_base,spec-bench-480-b8-base,)
 
 spec-bench-held-out: $(STAMP) smollm2 ## spec-bench-all on the 240 questions no general fine-tune trains on (the first 40 of each task; 52 min on a 2-core Intel Xeon) -> results/bench/spec-bench-240-b8-base{,-intervals}
