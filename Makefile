@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-plan-graphs speculative-b10-plan-graphs-b32 e2e-b10-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-shape-seeds speculative-b10-plan-graphs speculative-b10-plan-graphs-b32 e2e-b10-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -264,6 +264,19 @@ speculative-b10-seed: $(STAMP) smollm2 ## speculative_b10 trained again with see
 	$(need_b10_acceptance)
 	$(call train_e2e_draft,$(SPEC_BUDGETS_RUN)/$(SEED_RUN),speculative_b10)
 	$(call acceptance_against_b10,$(SEED_RUN),$(DRAFT_WARMUP),speculative-b10-$(SEED_SHAPE)seed-$(DRAFT_SEED)-acceptance-128)
+
+# The two shapes over training seeds: seed 1 (speculative-b10-acceptance, speculative-b10-warmup)
+# and each of SHAPE_SEEDS, trained and measured by speculative-b10-seed where its record is missing
+SHAPE_SEEDS ?= 2 3
+shape_runs = results/bench/speculative-b10-acceptance-128-$(1).json $(foreach s,$(SHAPE_SEEDS),results/bench/speculative-b10-acceptance-128-$(2)seed-$(s).json)
+speculative-b10-shape-seeds: $(STAMP) smollm2 ## The 10-layer draft as bottom 1 + top 9 and as bottom 5 + top 5 over training seeds 1 and SHAPE_SEEDS (2 3; each missing one trained and measured by speculative-b10-seed, about 18 min): tokens per verify on the 128 inputs with a seed-aware interval -> results/bench/speculative-b10-shape-seeds
+	@for s in $(SHAPE_SEEDS); do for w in 1 5; do \
+		name=speculative-b10-acceptance-128-b10_$$(test $$w = 1 || echo warmup-$$w-)seed-$$s.json; \
+		test -f results/bench/$$name || $(MAKE) speculative-b10-seed DRAFT_SEED=$$s DRAFT_WARMUP=$$w || exit 1; \
+	done; done
+	$(OFFLINE) $(PY) -m skipdecode.experiments.draft_seeds --first $(call shape_runs,b10,b10_) \
+		--second $(call shape_runs,b10_warmup-5,b10_warmup-5-) --names "bottom 1 + top 9" "bottom 5 + top 5" \
+		--out results/bench --name speculative-b10-shape-seeds
 
 # A 10-layer draft's acceptance on the first 128 E2E test inputs, batch 1, k = 2, one timing, no
 # compiled generate: $(call acceptance_128,<run under SPEC_BUDGETS_RUN>,<warm-up layers>)
