@@ -37,33 +37,25 @@ from ..evaluation.metrics.bootstrap import (
 )
 from .bench_tables import write_bench
 from .seeds import mean_ci95
-from .speculative_budgets import SHARED_SETTINGS, BudgetError, load_budget_run
+from .speculative_budgets import (
+    BudgetError,
+    check_shared_settings,
+    load_budget_run,
+    pooled_measures,
+    prompt_arrays,
+)
 
 __all__ = ["compare_over_seeds", "seeds_table", "main"]
 
 
-def _counts(run: dict[str, Any], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per input at batch 1: tokens (accepted + rounds) and verify rounds of ``k``'s variant."""
+def _per_input(run: dict[str, Any], k: int) -> dict[str, np.ndarray]:
+    """Per input at batch 1: :func:`~.speculative_budgets.prompt_arrays` of ``k``'s variant."""
     cells = [c for c in run["cells"] if c["batch_size"] == 1]
-    variant = f"speculative-k{k}"
-    if not cells or variant not in cells[0]["variants"]:
-        raise BudgetError(f"{run['path']}: no batch-1 {variant}; allowed: records that ran it")
-    per_input = cells[0]["variants"][variant]["per_batch"]
-    tokens = np.array([b["accepted"] + b["row_rounds"] for b in per_input], dtype=np.float64)
-    return tokens, np.array([b["row_rounds"] for b in per_input], dtype=np.float64)
-
-
-def _check(runs: list[dict[str, Any]]) -> None:
-    first = runs[0]
-    for run in runs[1:]:
-        for name in SHARED_SETTINGS:
-            if name == "batch_sizes":
-                continue  # only batch 1 is read
-            if first["args"].get(name) != run["args"].get(name):
-                raise BudgetError(
-                    f"{run['path']}: {name}={run['args'].get(name)!r} where {first['path']} has "
-                    f"{first['args'].get(name)!r}; allowed: runs of one setting on the same inputs"
-                )
+    if not cells or f"speculative-k{k}" not in cells[0]["variants"]:
+        raise BudgetError(
+            f"{run['path']}: no batch-1 speculative-k{k}; allowed: records that ran it"
+        )
+    return prompt_arrays(cells[0], k)
 
 
 def compare_over_seeds(
@@ -82,23 +74,26 @@ def compare_over_seeds(
         )
     if resamples < 1:
         raise BudgetError(f"resamples={resamples}; allowed: >= 1")
-    _check(first + second)
-    a = [_counts(r, k) for r in first]
-    b = [_counts(r, k) for r in second]
-    n = len(a[0][0])
-    if any(len(t) != n for t, _ in a + b):
-        raise BudgetError(f"runs hold {sorted({len(t) for t, _ in a + b})} inputs; allowed: one")
+    check_shared_settings(first + second, ignore=("batch_sizes",))  # only batch 1 is read
+    a = [_per_input(r, k) for r in first]
+    b = [_per_input(r, k) for r in second]
+    n = len(a[0]["tokens"])
+    if any(len(x["tokens"]) != n for x in a + b):
+        counts = sorted({len(x["tokens"]) for x in a + b})
+        raise BudgetError(f"runs hold {counts} inputs; allowed: one")
     S = len(a)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     rows = rng.integers(0, n, size=(resamples, n))
     picked = rng.integers(0, S, size=(resamples, S))
     weights = np.stack([np.bincount(p, minlength=S) for p in picked]) / S  # (resamples, S)
 
-    def pooled(counts: tuple[np.ndarray, np.ndarray], draw: np.ndarray) -> np.ndarray:
-        return counts[0][draw].sum(-1) / counts[1][draw].sum(-1)
+    def pooled(x: dict[str, np.ndarray], draw: np.ndarray) -> np.ndarray:
+        return pooled_measures(x, draw)["tokens_per_verify"]
 
     everything = np.arange(n)[None]
-    per_seed = [float(pooled(x, everything)[0] - pooled(y, everything)[0]) for x, y in zip(a, b)]
+    whole = {"first": [float(pooled(x, everything)[0]) for x in a]}
+    whole["second"] = [float(pooled(y, everything)[0]) for y in b]
+    per_seed = [x - y for x, y in zip(whole["first"], whole["second"])]
     drawn = np.stack([pooled(x, rows) - pooled(y, rows) for x, y in zip(a, b)], 1)
     mean, low, high = mean_ci95(per_seed)
     return {
@@ -107,10 +102,7 @@ def compare_over_seeds(
         "inputs": n,
         "first": [r["path"] for r in first],
         "second": [r["path"] for r in second],
-        "tokens_per_verify": {
-            "first": [float(pooled(x, everything)[0]) for x in a],
-            "second": [float(pooled(y, everything)[0]) for y in b],
-        },
+        "tokens_per_verify": whole,
         "per_seed_difference": per_seed,
         "difference": percentile_interval(float(np.mean(per_seed)), (drawn * weights).sum(1)),
         "t_interval_over_seeds": {"delta": mean, "ci95_low": low, "ci95_high": high},

@@ -115,9 +115,16 @@ def _check_comparable(runs: list[dict[str, Any]]) -> None:
                 f"{run['path']}: machine (cpu, threads per batch size) {run['machine']} where "
                 f"{first['path']} has {first['machine']}; allowed: runs timed on one machine"
             )
+    check_shared_settings(runs)
+
+
+def check_shared_settings(runs: list[dict[str, Any]], ignore: tuple[str, ...] = ()) -> None:
+    """Every run's :data:`SHARED_SETTINGS` (but ``ignore``) as the first run's."""
+    first = runs[0]
+    for run in runs[1:]:
         for name in SHARED_SETTINGS:
             mine, theirs = first["args"].get(name), run["args"].get(name)
-            if mine != theirs:
+            if name not in ignore and mine != theirs:
                 raise BudgetError(
                     f"{run['path']}: {name}={theirs!r} where {first['path']} has {mine!r}; "
                     "allowed: runs of one benchmark setting that differ only in the draft"
@@ -168,7 +175,9 @@ def _ks(cell: dict[str, Any]) -> list[int]:
     )
 
 
-def _prompt_arrays(cell: dict[str, Any], k: int) -> dict[str, np.ndarray]:
+def prompt_arrays(cell: dict[str, Any], k: int) -> dict[str, np.ndarray]:
+    """Per batch of ``cell`` (a prompt at batch 1): the full and ``k``'s decode seconds, and
+    ``k``'s tokens (accepted + rounds) and verify rounds."""
     full = cell["variants"]["skipdecode-full"]["per_batch"]
     spec = cell["variants"][f"speculative-k{k}"]["per_batch"]
     return {
@@ -179,7 +188,7 @@ def _prompt_arrays(cell: dict[str, Any], k: int) -> dict[str, np.ndarray]:
     }
 
 
-def _measures(a: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+def pooled_measures(a: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
     """Pooled over the prompts of each resample (``rows``: draws x prompts)."""
     return {
         "tokens_per_verify": a["tokens"][rows].sum(-1) / a["rounds"][rows].sum(-1),
@@ -191,8 +200,8 @@ def _interval(
     mine: dict[str, np.ndarray], other: dict[str, np.ndarray], name: str, draws: np.ndarray
 ) -> dict[str, float]:
     everything = np.arange(draws.shape[1])[None]
-    point = _measures(mine, everything)[name][0] - _measures(other, everything)[name][0]
-    drawn = _measures(mine, draws)[name] - _measures(other, draws)[name]
+    point = pooled_measures(mine, everything)[name][0] - pooled_measures(other, everything)[name][0]
+    drawn = pooled_measures(mine, draws)[name] - pooled_measures(other, draws)[name]
     return percentile_interval(float(point), drawn)
 
 
@@ -200,14 +209,14 @@ def _against(
     cells: dict[str, dict[str, Any]], chosen: dict[str, Any], best_k: dict[str, int], resamples: int
 ) -> dict[str, Any]:
     """Batch 1: the chosen (draft, k) against each other draft, paired over prompts."""
-    mine = _prompt_arrays(cells[chosen["draft"]], chosen["k"])
+    mine = prompt_arrays(cells[chosen["draft"]], chosen["k"])
     n = len(mine["tokens"])
     draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(resamples, n))
     out = {}
     for draft, cell in cells.items():
         if draft == chosen["draft"]:
             continue
-        same_k, own_best = _prompt_arrays(cell, chosen["k"]), _prompt_arrays(cell, best_k[draft])
+        same_k, own_best = prompt_arrays(cell, chosen["k"]), prompt_arrays(cell, best_k[draft])
         if len(same_k["tokens"]) != n:
             raise BudgetError(
                 f"batch 1: draft {draft} holds {len(same_k['tokens'])} prompts, draft "
