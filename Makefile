@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-shape-seeds speculative-b10-plan-graphs speculative-b10-plan-graphs-b32 e2e-b10-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 presets demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-cpu-fit reproduce-cpu-tiny e2e-suite reach reproduce-gpu compare bench bench-decode bench-compiled bench-plan-graphs bench-pays bench-speculative bench-speculative-e2e speculative-budgets speculative-distill speculative-b10-variant speculative-b10-longer speculative-b10-draft-weight speculative-b10-warmup speculative-b10-seed speculative-b10-shape-seeds speculative-b10-plan-graphs speculative-b10-plan-graphs-b32 e2e-b10-graphs speculative-b10-acceptance bench-spec-bench spec-bench-all spec-bench-held-out spec-bench-held-out-finetuned spec-bench-distill spec-bench-finetune spec-bench-finetuned spec-bench-variant spec-bench-longer spec-bench-draft-weight bench-gpu speculative-acceptance clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -98,6 +98,24 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2
+
+# The paper's summarization task, offline (SciTLDR-A): the full/2x pair over three seeds first,
+# then the rest of the curve and the other methods at seed 1, then the lossless mode. A rerun
+# resumes: published cells are restored, finished cells reused, a killed training resumes from
+# its last checkpoint.
+SCITLDR_SWEEPS := outputs/sweep/scitldr_smollm2_pair outputs/sweep/scitldr_smollm2_curve outputs/sweep/scitldr_smollm2_lossless
+
+reproduce-cpu-scitldr: $(STAMP) smollm2 ## SciTLDR (summarization, ROUGE): SmolLM2-135M, full/2x x 3 seeds, 3x/4x, early exit/unified 2x, lossless -> results/scitldr_smollm2
+	@test ! -d results/scitldr_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/scitldr_smollm2 --cells-dir outputs/sweep_cells
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=scitldr_smollm2 sweep.name=scitldr_smollm2_pair \
+		seed=1,2,3 schedule=full,target_2x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=scitldr_smollm2 sweep.name=scitldr_smollm2_curve \
+		seed=1 schedule=target_3x,target_4x,early_exit_2x,unified_2x $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=scitldr_smollm2 sweep.name=scitldr_smollm2_lossless \
+		seed=1 schedule=speculative_b10 schedule.k=2 eval.compile=true $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.aggregate $(SCITLDR_SWEEPS) --publish results/scitldr_smollm2 --update
+	$(OFFLINE) $(PY) -m skipdecode.experiments.summaries results/scitldr_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/scitldr_smollm2
 
 # The length rule and the calibration size on real weights (seed 1): the target rule fitted over
 # every validation target length, and adaptive SkipDecode calibrated on every validation input,

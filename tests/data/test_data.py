@@ -159,10 +159,17 @@ def test_limit_keeps_first_sources_with_all_references():
 def test_unknown_dataset_lists_known_names():
     with pytest.raises(
         DataConfigError,
-        match="unknown dataset name='wmt'.*synthetic, e2e, reddit_tldr, cnn_dm, chat",
+        match="unknown dataset name='wmt'.*synthetic, e2e, reddit_tldr, cnn_dm, scitldr, chat",
     ):
         load_split("wmt", "train")
-    assert set(available_datasets()) == {"synthetic", "e2e", "reddit_tldr", "cnn_dm", "chat"}
+    assert set(available_datasets()) == {
+        "synthetic",
+        "e2e",
+        "reddit_tldr",
+        "cnn_dm",
+        "scitldr",
+        "chat",
+    }
 
 
 def test_unknown_split_lists_allowed_and_aliases_work():

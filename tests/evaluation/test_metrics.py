@@ -170,8 +170,37 @@ def test_rouge_multi_reference_max_and_mean():
     )
     # example 1: max over refs = 0.75; example 2: 0.5 -> mean 0.625
     assert out["rougeL"]["f"] == pytest.approx(0.625)
-    assert set(out) == {"rougeL", "n", "scale", "settings"}
+    assert set(out) == {"rougeL", "conventions", "n", "scale", "settings"}
     assert out["settings"]["use_stemmer"] is False
+
+
+def test_rouge_scitldr_conventions_pick_the_best_rouge1_reference_or_average():
+    from rouge_score import rouge_scorer
+
+    hyp = "the cat sat on the mat"
+    # ref_a shares more words (best ROUGE-1), ref_b shares the longer bigram run (best ROUGE-2)
+    ref_a, ref_b = "mat the on sat cat dog", "the cat sat quietly"
+    out = rouge([hyp, hyp], [[ref_a, ref_b], [ref_b]], per_example=True)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    a, b = scorer.score(ref_a, hyp), scorer.score(ref_b, hyp)
+    assert (
+        a["rouge1"].fmeasure > b["rouge1"].fmeasure and b["rouge2"].fmeasure > a["rouge2"].fmeasure
+    )
+    best = scorer.score_multi([ref_a, ref_b], hyp)
+    per = out["per_example"]
+    for t in ("rouge1", "rouge2", "rougeL"):
+        assert per[t]["f"][0] == pytest.approx(best[t].fmeasure)  # per type: score_multi
+        assert per[f"{t}_max"]["f"][0] == pytest.approx(a[t].fmeasure)  # ref_a's, every type
+        mean = (a[t].fmeasure + b[t].fmeasure) / 2
+        assert per[f"{t}_mean"]["f"][0] == pytest.approx(mean)
+        one = b[t].fmeasure  # one reference: the three conventions agree
+        assert per[t]["f"][1] == per[f"{t}_max"]["f"][1] == per[f"{t}_mean"]["f"][1] == one
+        conv = out["conventions"]
+        assert conv["max"][t]["f"] == pytest.approx((a[t].fmeasure + one) / 2)
+        assert conv["mean"][t]["p"] == pytest.approx(
+            ((a[t].precision + b[t].precision) / 2 + b[t].precision) / 2
+        )
+    assert out["conventions"]["max"]["rouge2"]["f"] < out["rouge2"]["f"]
 
 
 def test_rouge_lsum_splits_on_newlines():

@@ -29,6 +29,8 @@ def _data_overrides(name: str, tmp: Path) -> list[str]:
         return [f"dataset.data_dir={write_summaries(tmp / 'tldr', 'prompt', 'label')}"]
     if name == "cnn_dm":
         return [f"dataset.data_dir={write_summaries(tmp / 'cnn', 'article', 'highlights')}"]
+    if name == "scitldr":
+        return [f"dataset.data_dir={write_summaries(tmp / 'scitldr', 'source', 'target')}"]
     if name == "chat":
         return [f"dataset.data_dir={write_summaries(tmp / 'chat', 'prompt', 'response')}"]
     return ["dataset.options.num_train=40", "dataset.options.num_validation=5"]

@@ -68,8 +68,11 @@ def _is_wrapped_json(path: Path) -> bool:
     return isinstance(data, dict) and isinstance(data.get("data"), list)
 
 
-def require_columns(rows: Sequence[Row], needed: Sequence[str], path: Path | str) -> None:
-    """Raise ``MissingColumnsError`` naming the file, the columns found and the ones needed.
+def require_columns(
+    rows: Sequence[Row], needed: Sequence[str], path: Path | str, fix: str | None = None
+) -> None:
+    """Raise ``MissingColumnsError`` naming the file, the columns found and the ones needed
+    (and ``fix``: the settings that choose the columns, where a caller has them).
 
     No rows means nothing to check (the caller reports an empty split instead).
     """
@@ -83,6 +86,7 @@ def require_columns(rows: Sequence[Row], needed: Sequence[str], path: Path | str
         raise MissingColumnsError(
             f"data file {str(path)!r} lacks column(s) {missing}; "
             f"columns found: {sorted(found)}; columns needed: {list(needed)}"
+            + (f"; {fix}" if fix else "")
         )
 
 

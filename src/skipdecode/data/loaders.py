@@ -44,15 +44,36 @@ def _strip_tldr(text: str) -> str:
 _SOURCE_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "synthetic": str.strip,
     "e2e": str.strip,
+    "scitldr": _one_line,
     "reddit_tldr": _strip_tldr,
     "cnn_dm": str.strip,
 }
 _TARGET_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "synthetic": str.strip,
     "e2e": str.strip,
+    "scitldr": _one_line,
     "reddit_tldr": _one_line,
     "cnn_dm": _one_line,
 }
+
+
+def _source_text(value: Any) -> str:
+    """A source field as one text: a list (SciTLDR's sentences) joined with spaces."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(part) for part in value if part is not None)
+    return str(value)
+
+
+def _target_texts(value: Any) -> list[str]:
+    """A reference field as its references: a list of them (SciTLDR's dev and test rows), or
+    one string (a file may repeat a source on several rows, one reference each)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(part) for part in value if part is not None]
+    return [str(value)]
 
 
 def _rows_to_examples(
@@ -62,18 +83,20 @@ def _rows_to_examples(
     target_field: str,
     origin: str,
 ) -> list[Example]:
-    """Group rows by source into Examples (one per pair), skipping rows with blank fields."""
+    """Group rows by source into Examples (one per pair), skipping rows with blank fields.
+
+    A source may be a list of sentences and a reference field a list of references (see
+    :func:`_source_text`, :func:`_target_texts`)."""
     clean_source, clean_target = _SOURCE_CLEANERS[spec.name], _TARGET_CLEANERS[spec.name]
     references: dict[str, list[str]] = {}
     skipped = 0
     for row in rows:
-        source, target = row.get(source_field), row.get(target_field)
-        source = clean_source(str(source)) if source is not None else ""
-        target = clean_target(str(target)) if target is not None else ""
-        if not source or not target:
+        source = clean_source(_source_text(row.get(source_field)))
+        targets = [t for t in map(clean_target, _target_texts(row.get(target_field))) if t]
+        if not source or not targets:
             skipped += 1
             continue
-        references.setdefault(source, []).append(target)
+        references.setdefault(source, []).extend(targets)
     if skipped:
         logger.warning(
             "%s: skipped %d row(s) with an empty %r or %r",
@@ -279,7 +302,13 @@ def _load_summaries(
         f"{source_field},{target_field}; set split_files={{{split!r}: 'FILE'}} to name it.",
     )
     rows = read_rows(path)
-    require_columns(rows, (source_field, target_field), path)
+    require_columns(
+        rows,
+        (source_field, target_field),
+        path,
+        f"set dataset.options.source_field (now {source_field!r}) and "
+        f"dataset.options.target_field (now {target_field!r}) to the file's field names",
+    )
     return _rows_to_examples(spec, rows, source_field, target_field, str(path))
 
 
@@ -331,6 +360,7 @@ _Loader = Callable[..., list[Example]]
 LOADERS: Mapping[str, _Loader] = {
     "synthetic": _load_synthetic,
     "e2e": _load_e2e,
+    "scitldr": _load_summaries,
     "reddit_tldr": _load_summaries,
     "cnn_dm": _load_summaries,
     "chat": _load_chat,

@@ -1,7 +1,8 @@
 """The task registry: how each dataset is read and turned into prompts (``TaskSpec``).
 
 Known datasets: ``synthetic`` (embedded, generated from the seed), ``e2e`` (local E2E CSVs or the
-hub), ``reddit_tldr`` and ``cnn_dm`` (local JSON/JSONL/CSV/Parquet files or the hub), ``chat``
+hub), ``scitldr`` (local SciTLDR-A files), ``reddit_tldr`` and ``cnn_dm`` (local
+JSON/JSONL/CSV/Parquet files or the hub; any summarization data of the same shape), ``chat``
 (local files of prompts already in a model's chat template and their answers).
 Canonical split names are ``train``, ``validation`` and ``test`` (``val``/``valid`` accepted).
 """
@@ -86,6 +87,11 @@ _SUMMARY_FILES: Mapping[str, tuple[str, ...]] = {
     "validation": ("validation", "valid", "val"),
     "test": ("test",),
 }
+_SCITLDR_FILES: Mapping[str, tuple[str, ...]] = {
+    "train": ("train",),
+    "validation": ("dev", "validation", "valid", "val"),
+    "test": ("test",),
+}
 
 TASKS: Mapping[str, TaskSpec] = {
     "synthetic": TaskSpec(
@@ -148,6 +154,22 @@ TASKS: Mapping[str, TaskSpec] = {
         hub_splits={"train": "train", "validation": "validation", "test": "test"},
         local_files=_SUMMARY_FILES,
         description="CNN/DailyMail 3.0.0: news article to highlight sentences.",
+    ),
+    "scitldr": TaskSpec(
+        name="scitldr",
+        kind="summarization",
+        # A plain-text instruction (no chat markup, so every model family reads the same prompt);
+        # the fine-tune teaches the answer's form. Cutting the abstract keeps the "TL;DR:" tail.
+        prompt_template="Summarize the paper abstract below in one sentence.\n\n"
+        "Abstract: {source}\n\nTL;DR:",
+        target_prefix=" ",
+        max_source_tokens=512,
+        max_target_tokens=64,
+        source_field="source",  # a list of sentences (joined with spaces) or one string
+        target_field="target",  # a list of references or one string
+        local_files=_SCITLDR_FILES,
+        description="SciTLDR-A (Cachola et al., 2020): a computer-science abstract to a "
+        "one-sentence TLDR; one reference per train row, several per dev and test row.",
     ),
     "chat": TaskSpec(
         name="chat",

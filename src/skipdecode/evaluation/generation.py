@@ -23,6 +23,12 @@ the same work apart from the layers skipped:
   predicts (``core.costs``), with ``efficiency`` = measured / predicted.
 * ``measured_speedup_e2e``: the same with prefill included (prefill runs every layer in both, so
   this is lower than the decode ratio; it is the end-to-end latency ratio per batch).
+* ``long_prompts``: where prompts are long the prefill eats the decode speedup. Over the timed
+  batches: ``prefill_share`` (prefill / (prefill + decode) seconds) of the schedule and of the
+  baseline, and ``predicted_speedup_e2e``, the end-to-end speedup the layer counts predict: the
+  baseline's own prefill and decode seconds, its decode shrunk by the layers the schedule ran
+  (``predicted_speedup_decode``: L x passes / layers run, over the same batches), i.e.
+  ``(P + D) / (P + D / predicted_speedup_decode)``. Not for speculative schedules (wider passes).
 * ``tokens_per_second``: generated tokens (EOS included) / (prefill + decode) seconds of the
   evaluated schedule; ``mean_generated_length``: tokens per input.
 * Speculative schedules (lossless): ``layers_per_token`` counts every draft and verify pass's
@@ -235,6 +241,7 @@ def generate_all(
                             run.ended[i] = n > 0 and ids_[n - 1] in eos_ids
                         steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
                         times["passes"] = [float(out.stats.decode_steps)]
+                        times["layers"] = [float(sum(out.stats.budgets))]
                 elif baseline is not None and b in timed:
                     assert steps is not None  # round 0 runs the schedule first
                     ref = decoder.generate(
@@ -290,6 +297,13 @@ def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
         speed.update(
             baseline={"schedule": "self"}, measured_speedup_decode=1.0, measured_speedup_e2e=1.0
         )
+        share = ratio(main.prefill_s, main.prefill_s + main.decode_s)
+        speed["long_prompts"] = {
+            "prefill_share": share,
+            "prefill_share_baseline": share,
+            "predicted_speedup_decode": 1.0,
+            "predicted_speedup_e2e": 1.0,
+        }
         return speed
     if base is None:
         return speed
@@ -323,7 +337,33 @@ def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
         else None,
     }
     speed["consistency"] = _consistency(run, speed)
+    speed["long_prompts"] = _long_prompts(run, timed)
     return speed
+
+
+def _long_prompts(run: GenerationRun, timed: list[dict[str, list[float]]]) -> dict[str, Any]:
+    """Prefill shares and the layer counts' end-to-end prediction (module doc)."""
+
+    def total(key: str) -> float:
+        return sum(statistics.median(t[key]) for t in timed)
+
+    prefill, decode = total("prefill"), total("decode")
+    base_prefill, base_decode = total("base_prefill"), total("base_decode")
+    out: dict[str, Any] = {
+        "prefill_share": ratio(prefill, prefill + decode),
+        "prefill_share_baseline": ratio(base_prefill, base_prefill + base_decode),
+        "predicted_speedup_decode": None,
+        "predicted_speedup_e2e": None,
+    }
+    layers = sum(t["layers"][0] for t in timed if t.get("layers"))
+    passes = sum(t["passes"][0] for t in timed if t.get("passes"))
+    if run.main.speculation is None and layers > 0 and passes > 0:
+        predicted = run.main.num_layers * passes / layers
+        out["predicted_speedup_decode"] = predicted
+        out["predicted_speedup_e2e"] = ratio(
+            base_prefill + base_decode, base_prefill + base_decode / predicted
+        )
+    return out
 
 
 def _consistency(run: GenerationRun, speed: Mapping[str, Any]) -> dict[str, Any] | None:

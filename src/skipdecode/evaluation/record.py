@@ -109,9 +109,13 @@ def summarize(quality: Mapping[str, Any], speed: Mapping[str, Any]) -> dict[str,
     out: dict[str, Any] = {}
     if "bleu" in quality:
         out["bleu"] = quality["bleu"]["score"]
-    for t, v in (quality.get("rouge") or {}).items():
+    rouge = quality.get("rouge") or {}
+    for t, v in rouge.items():
         if isinstance(v, dict) and "f" in v:
             out[t] = v["f"]
+    for convention, by_type in (rouge.get("conventions") or {}).items():
+        for t, v in by_type.items():  # SciTLDR's conventions: rouge1_max, rouge1_mean, ...
+            out[f"{t}_{convention}"] = v["f"]
     if "bertscore" in quality:
         out["bertscore_p"] = quality["bertscore"]["precision"]
         out["bertscore_r"] = quality["bertscore"]["recall"]
@@ -128,6 +132,9 @@ def summarize(quality: Mapping[str, Any], speed: Mapping[str, Any]) -> dict[str,
         "mean_generated_length",
     ):
         out[k] = speed.get(k)
+    long_prompts = speed.get("long_prompts") or {}
+    for k in ("prefill_share", "predicted_speedup_e2e"):
+        out[k] = long_prompts.get(k)
     speculation = speed.get("speculation") or {}
     out["acceptance_rate"] = speculation.get("acceptance_rate")  # speculative schedules only
     out["tokens_per_verify"] = speculation.get("tokens_per_verify")

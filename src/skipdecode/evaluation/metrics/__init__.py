@@ -21,10 +21,11 @@ from .bertscore import bertscore, clear_bertscore_cache
 from .bertscore_compat import minilm_hint, resolve_bertscore_model
 from .e2e import e2e_suite
 from .references import MetricSettingError, normalize_references
-from .text import ROUGE_DEFAULT_TYPES, bleu, rouge
+from .text import ROUGE_CONVENTIONS, ROUGE_DEFAULT_TYPES, bleu, rouge
 
 __all__ = [
     "MetricSettingError",
+    "ROUGE_CONVENTIONS",
     "ROUGE_DEFAULT_TYPES",
     "bleu",
     "rouge",

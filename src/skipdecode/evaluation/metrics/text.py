@@ -10,7 +10,11 @@ follow the reference implementations:
   zero-length reference, which changes the brevity penalty.
 * ROUGE: per example, the reference with the highest F-measure is chosen for each ROUGE type
   (``rouge_score.RougeScorer.score_multi``); P/R/F of that reference are then averaged over
-  examples (macro average).
+  examples (macro average). Beside it, SciTLDR's two conventions (Cachola et al., 2020), both
+  macro averages too (:data:`ROUGE_CONVENTIONS`): ``max``, per example the reference with the
+  highest ROUGE-1 F and that same reference's score for every type (so ROUGE-1 equals the
+  per-type figure, ROUGE-2 and ROUGE-L may be lower), and ``mean``, per example the mean over its
+  references. With one reference per example all three agree.
 """
 
 from __future__ import annotations
@@ -20,9 +24,15 @@ from typing import Any
 
 from .references import MetricSettingError, normalize_references, ref_count_summary
 
-__all__ = ["bleu", "rouge", "ROUGE_DEFAULT_TYPES"]
+__all__ = ["bleu", "rouge", "ROUGE_DEFAULT_TYPES", "ROUGE_CONVENTIONS"]
 
 ROUGE_DEFAULT_TYPES: tuple[str, ...] = ("rouge1", "rouge2", "rougeL")
+#: SciTLDR's multi-reference conventions, and how each picks a row's score (see module doc).
+ROUGE_CONVENTIONS: dict[str, str] = {
+    "max": "per example the reference with the highest ROUGE-1 F; that reference's P/R/F for "
+    "every type (SciTLDR's max)",
+    "mean": "per example the mean over its references of each type's P/R/F (SciTLDR's mean)",
+}
 BLEU_TOKENIZERS_HINT = "'13a' (default), 'none', 'intl', 'char', 'zh', 'ja-mecab', 'ko-mecab', 'flores101', 'flores200'"
 
 
@@ -127,8 +137,10 @@ def rouge(
 
     Multiple references: per example and per type, the reference with the highest F-measure is
     used (``RougeScorer.score_multi``). ``summary=True`` adds ``rougeLsum`` (summary-level LCS over
-    sentences split on ``\\n``). Returns ``{type: {"f","p","r"}, ..., "settings": {...}}``, and
-    with ``per_example`` each input's F per type (``{"per_example": {type: {"f": [...]}}}``).
+    sentences split on ``\\n``). Returns ``{type: {"f","p","r"}, ..., "settings": {...}}``, the
+    same under ``"conventions"`` for each of :data:`ROUGE_CONVENTIONS` (``{"max": {type: ...},
+    "mean": {...}}``), and with ``per_example`` each input's F per type and per convention
+    (``{"per_example": {type: {"f": [...]}, "<type>_max": ..., "<type>_mean": ...}}``).
     """
     import importlib.metadata as md
 
@@ -139,20 +151,29 @@ def rouge(
     if summary and "rougeLsum" not in rtypes:
         rtypes.append("rougeLsum")
     scorer = rouge_scorer.RougeScorer(rtypes, use_stemmer=use_stemmer)
-    sums = {t: [0.0, 0.0, 0.0] for t in rtypes}
-    per_f: dict[str, list[float]] = {t: [] for t in rtypes}
-    for h, group in zip(hyps, refs, strict=True):
-        best = scorer.score_multi(group, h)
-        for t in rtypes:
-            s = best[t]
-            per_f[t].append(s.fmeasure)
-            sums[t][0] += s.fmeasure
-            sums[t][1] += s.precision
-            sums[t][2] += s.recall
-    n = len(hyps)
-    out: dict[str, Any] = {
-        t: {"f": v[0] / n, "p": v[1] / n, "r": v[2] / n} for t, v in sums.items()
+    # per convention and type: each example's (f, p, r)
+    rows: dict[str, dict[str, list[tuple[float, float, float]]]] = {
+        c: {t: [] for t in rtypes} for c in ("per_type", *ROUGE_CONVENTIONS)
     }
+    pick = "rouge1" if "rouge1" in rtypes else rtypes[0]  # the type that picks "max"'s reference
+    for h, group in zip(hyps, refs, strict=True):
+        scores = [scorer.score(r, h) for r in group]  # score_multi's own per-reference scores
+        best_pick = _first_argmax([s[pick].fmeasure for s in scores])
+        for t in rtypes:
+            fpr = [(s[t].fmeasure, s[t].precision, s[t].recall) for s in scores]
+            rows["per_type"][t].append(fpr[_first_argmax([x[0] for x in fpr])])
+            rows["max"][t].append(fpr[best_pick])
+            rows["mean"][t].append(tuple(sum(x[i] for x in fpr) / len(fpr) for i in range(3)))
+    n = len(hyps)
+
+    def means(by_type: dict[str, list[tuple[float, float, float]]]) -> dict[str, Any]:
+        return {
+            t: {k: sum(x[i] for x in v) / n for i, k in enumerate("fpr")}
+            for t, v in by_type.items()
+        }
+
+    out: dict[str, Any] = means(rows["per_type"])
+    out["conventions"] = {c: means(rows[c]) for c in ROUGE_CONVENTIONS}
     out["n"] = n
     out["scale"] = "0-1"
     out["settings"] = {
@@ -164,9 +185,19 @@ def rouge(
         "rougeLsum_sentence_split": "newline" if "rougeLsum" in rtypes else None,
         "tokenizer": "rouge_score default (lowercase, non-alphanumerics to spaces)",
         "multi_reference": "max F over references per example and type (score_multi)",
+        "conventions": dict(ROUGE_CONVENTIONS),
         "aggregation": "mean over examples",
         "references_per_example": ref_count_summary(refs),
     }
     if per_example:
-        out["per_example"] = {t: {"f": per_f[t]} for t in rtypes}
+        out["per_example"] = {
+            f"{t}{suffix}": {"f": [x[0] for x in rows[c][t]]}
+            for c, suffix in (("per_type", ""), ("max", "_max"), ("mean", "_mean"))
+            for t in rtypes
+        }
     return out
+
+
+def _first_argmax(values: Sequence[float]) -> int:
+    """Index of the largest value, the first on ties (as ``numpy.argmax`` in ``score_multi``)."""
+    return max(range(len(values)), key=lambda i: (values[i], -i))
