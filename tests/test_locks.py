@@ -79,7 +79,16 @@ def test_training_refuses_a_run_dir_in_use(tmp_path):
 
 
 def test_distributed_workers_share_their_rank_zero_claim(tmp_path, monkeypatch):
-    with claim_dir(tmp_path / "run"):
+    with claim_dir(tmp_path / "run") as held:
+        claim = (held / LOCK_FILE).read_text()
+        with pytest.raises(DirectoryBusyError):  # not a worker: a second claim is refused
+            with claim_dir(tmp_path / "run"):
+                pass
         monkeypatch.setenv("LOCAL_RANK", "1")
-        with claim_dir(tmp_path / "run"):  # a launcher's worker of the same run
-            pass
+        with claim_dir(tmp_path / "run") as worker:  # a launcher's worker of the same run
+            assert worker == held
+        assert (held / LOCK_FILE).read_text() == claim  # rank 0's claim left as it was
+        monkeypatch.delenv("LOCAL_RANK")
+        with pytest.raises(DirectoryBusyError):  # and still held by rank 0
+            with claim_dir(tmp_path / "run"):
+                pass

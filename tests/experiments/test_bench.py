@@ -81,6 +81,16 @@ def test_decode_bench_writes_complete_json(tmp_path):
     assert variants["skipdecode-4x"]["theoretical_speedup"] == 4.0
     assert SPLIT_FIELDS <= set(cell["cost_split"])
     assert record["provenance"]["packages"]["torch"].startswith("2.13")
+    # the roofline floor is the larger of the bandwidth floor and the compute floor, each with
+    # its own multiple (both columns in the table)
+    for name, row in variants.items():
+        bandwidth, compute = row["bandwidth_floor_ms"], row["compute_floor_ms"]
+        assert row["floor_ms"] == max(bandwidth, compute), name
+        assert row["bandwidth_floor_multiple"] == row["decode_ms_per_step"] / bandwidth
+        assert row["compute_floor_multiple"] == row["decode_ms_per_step"] / compute
+        above = row.get("efficiency", 0) > 1.02
+        assert above == ("measured above ideal" in row.get("flag", "")), name
+    assert "| x bandwidth floor | x compute floor |" in (tmp_path / "smoke.md").read_text()
 
 
 def test_train_bench_writes_complete_json(tmp_path):

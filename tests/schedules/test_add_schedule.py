@@ -1,5 +1,6 @@
-"""README's "Adding a schedule" example, run as written: it registers, builds from config,
-decodes with the engine exactly like the teacher-forced pass, and trains one loss step."""
+"""The "Adding a schedule" example in docs/EXTENDING.md, run as written: it registers, builds
+from config, decodes with the engine exactly like the teacher-forced pass, and trains one loss
+step."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from tiny_models import FAMILIES, left_padded_batch
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.schedules import build_schedule, method_label, position_layer_mask, registry
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+EXTENDING_DOC = Path(__file__).resolve().parents[2] / "docs" / "EXTENDING.md"
 
 
 def _example_code() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = EXTENDING_DOC.read_text(encoding="utf-8")
     block = re.search(
         r"<!-- example:add-schedule -->\s*```python\n(.*?)```\s*<!-- /example:add-schedule -->",
         text,
         re.S,
     )
-    assert block, "README has no add-schedule example between its markers"
+    assert block, "docs/EXTENDING.md has no add-schedule example between its markers"
     return block.group(1)
 
 
@@ -31,7 +32,7 @@ def _example_code() -> str:
 def stride_registered(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after the test
     namespace: dict = {"__name__": "readme_example"}
-    exec(compile(_example_code(), str(README), "exec"), namespace)
+    exec(compile(_example_code(), str(EXTENDING_DOC), "exec"), namespace)
     return namespace
 
 

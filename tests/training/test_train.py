@@ -40,7 +40,15 @@ def _data_overrides(name: str, tmp: Path) -> list[str]:
 def test_every_group_option_composes(tmp_path: Path, group: str) -> None:
     for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
         cfg = make_cfg(tmp_path, [f"{group}={option}"], fast=False)
-        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+        resolved = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+        own = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"))
+        node = resolved[group]
+        for key, value in own.items():  # the option's own settings are what composed
+            if key == "defaults":
+                continue
+            assert key in node, (group, option, key)
+            if not isinstance(value, (dict, list)) and not str(value).startswith("${"):
+                assert node[key] == value, (group, option, key, node[key], value)
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)

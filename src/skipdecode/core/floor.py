@@ -3,9 +3,10 @@
 A decode step must read every weight it uses once (the active layers, the final norm and the LM
 head; one embedding row per token, negligible) and the keys and values its layers attend over,
 and it must do about two floating-point operations per weight and row. Its floor on a device is
-the larger of ``bytes / bandwidth`` and ``flops / peak``, with the bandwidth measured by a large
-copy and the peak by a large matrix product on that device. A variant's ms per token divided by
-its floor says how far it is from what the hardware allows.
+the larger of ``bytes / bandwidth`` (the bandwidth floor) and ``flops / peak`` (the compute
+floor), with the bandwidth measured by a large copy and the peak by a large matrix product on that
+device. A variant's ms per token divided by each floor says how far it is from what the hardware
+allows; both multiples are reported, since which floor binds changes with the batch.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def step_floor_seconds(
     limits: DeviceLimits,
 ) -> dict[str, float]:
     """Floor of one decode step running ``layers`` (a list, or a mean count) for ``batch`` rows
-    attending over ``context`` positions: ``{"bytes", "flops", "seconds"}``.
+    attending over ``context`` positions: ``{"bytes", "flops", "bandwidth_seconds",
+    "compute_seconds", "seconds"}``, the last the larger of the two (the roofline floor).
 
     Bytes: the layers' weights, the head's (final norm and LM head), and the KV the layers read;
     FLOPs: two per weight and row (the attention's own arithmetic is small at these lengths
@@ -105,5 +107,11 @@ def step_floor_seconds(
     kv_bytes = count * 2 * batch * kv_heads * head_dim * context * element
     nbytes = count * per_layer + head_bytes + kv_bytes
     flops = 2 * batch * (count * per_layer + head_bytes) / element
-    seconds = max(nbytes / limits.bandwidth, flops / limits.peak_flops)
-    return {"bytes": nbytes, "flops": flops, "seconds": seconds}
+    bandwidth_s, compute_s = nbytes / limits.bandwidth, flops / limits.peak_flops
+    return {
+        "bytes": nbytes,
+        "flops": flops,
+        "bandwidth_seconds": bandwidth_s,
+        "compute_seconds": compute_s,
+        "seconds": max(bandwidth_s, compute_s),
+    }

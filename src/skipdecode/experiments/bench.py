@@ -170,6 +170,9 @@ def bench_decode(
             )
             r["floor_ms"] = 1000 * floor["seconds"]
             r["floor_multiple"] = r["decode_ms_per_step"] / r["floor_ms"]
+            for kind in ("bandwidth", "compute"):
+                r[f"{kind}_floor_ms"] = 1000 * floor[f"{kind}_seconds"]
+                r[f"{kind}_floor_multiple"] = r["decode_ms_per_step"] / r[f"{kind}_floor_ms"]
     full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
     other = min(split["non_layer_s"], full)
     return {
@@ -215,7 +218,7 @@ def _derive_speedups(
     """Each schedule's theoretical, measured and ideal speedup over the full schedule of its
     own path (eager over eager, compiled over compiled), the ideal from that path's own cost
     split, and the speedup over the optimized peer. A measured speedup above the theoretical
-    one is flagged."""
+    one, or above the ideal one (efficiency above 1), is flagged."""
     for suffix, split in splits.items():
         full = rows[f"skipdecode-full{suffix}"]["decode_ms_per_step"] / 1000
         other = min(split["non_layer_s"], full)
@@ -228,8 +231,13 @@ def _derive_speedups(
             r["ideal_speedup"] = full / (other + m * per_layer)
             r["efficiency"] = r["measured_speedup"] / r["ideal_speedup"]
             r["schedule"] = sched.describe()
+            flags = []
             if r["measured_speedup"] > r["theoretical_speedup"] * 1.02:
-                r["flag"] = "measured above theoretical"
+                flags.append("measured above theoretical")
+            if r["efficiency"] > 1.02:
+                flags.append("measured above ideal")
+            if flags:
+                r["flag"] = "; ".join(flags)
     if not with_transformers:
         return
     for peer in ("transformers-generate", "transformers-generate-compiled"):

@@ -91,14 +91,16 @@ def write_bench(
 
 
 def decode_table(cells: list[dict[str, Any]]) -> str:
-    """Per variant: ms per decode step (median [quartiles]), the multiple of its hardware floor,
+    """Per variant: ms per decode step (median [quartiles]), its multiple of the bandwidth floor
+    and of the compute floor (blank where a record measured no floor),
     speedups (theoretical, measured and ideal over the full schedule of its own path; over
     transformers' compiled ``generate`` when timed), compile seconds and flags; then the cost
     split of a full step."""
     head = (
-        "| shape | batch | variant | prefill ms | decode ms/step [IQR] | x floor | tok/s | "
-        "theor. | measured | ideal | efficiency | vs compiled generate | compile s | flag |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| shape | batch | variant | prefill ms | decode ms/step [IQR] | x bandwidth floor | "
+        "x compute floor | tok/s | theor. | measured | ideal | efficiency | vs compiled generate "
+        "| compile s | flag |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for c in cells:
@@ -112,7 +114,8 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
             )
             lines.append(
                 f"| {c['shape']} | {c['batch_size']} | {name} | {f('prefill_ms', '{:.1f}')} | "
-                f"{f('decode_ms_per_step')} {iqr} | {f('floor_multiple', '{:.1f}')} | "
+                f"{f('decode_ms_per_step')} {iqr} | {f('bandwidth_floor_multiple', '{:.1f}')} | "
+                f"{f('compute_floor_multiple', '{:.1f}')} | "
                 f"{f('tokens_per_s', '{:.1f}')} | {f('theoretical_speedup')} | "
                 f"{f('measured_speedup')} | {f('ideal_speedup')} | {f('efficiency')} | "
                 f"{f('speedup_vs_transformers_generate_compiled')} | {f('compile_s', '{:.1f}')} | "
@@ -121,9 +124,9 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
     split = [
         "",
         "| shape | batch | full step ms | outside layers ms | LM head ms | outside layers % | "
-        "overhead (excl. head) % | compiled: outside layers / head ms | floor (full) ms | "
-        "bandwidth GB/s | peak TFLOP/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "overhead (excl. head) % | compiled: outside layers / head ms | bandwidth floor (full) ms "
+        "| compute floor (full) ms | bandwidth GB/s | peak TFLOP/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         s = c["cost_split"]
@@ -135,7 +138,10 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
             f"{s['non_layer_ms']:.2f} | {s['head_ms']:.2f} | "
             f"{100 * s['non_layer_fraction']:.1f} | {100 * s['overhead_fraction']:.1f} | "
             + (f"{comp['non_layer_ms']:.2f} / {comp['head_ms']:.2f} | " if comp else " | ")
-            + (f"{full['floor_ms']:.2f} | " if "floor_ms" in full else " | ")
+            + "".join(
+                f"{full[f'{kind}_floor_ms']:.3f} | " if f"{kind}_floor_ms" in full else " | "
+                for kind in ("bandwidth", "compute")
+            )
             + (f"{lim['bandwidth_gb_s']:.1f} | {lim['peak_tflops']:.2f} |" if lim else " |  |")
         )
     return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"

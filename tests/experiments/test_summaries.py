@@ -1,0 +1,175 @@
+"""Summarization: a tiny offline sweep on SciTLDR trains, evaluates against every reference and
+records where long prompts leave the speedup; the summaries stage scores ROUGE in SciTLDR's
+conventions and compares with full over seeds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from offline_env import offline_env
+from rouge_score import rouge_scorer
+
+from skipdecode.experiments.summaries import write_summaries
+
+ROOT = Path(__file__).resolve().parents[2]
+SCITLDR = ROOT.parent / "shared" / "data" / "scitldr"
+
+TINY_SCITLDR = [
+    "model=tiny",
+    "dataset=scitldr",
+    f"dataset.data_dir={SCITLDR}",
+    "trainer=cpu",
+    "logger=csv",
+    "eval=fast",
+    "model.arch.hidden_size=32",
+    "model.arch.word_embed_proj_dim=32",
+    "model.arch.ffn_dim=64",
+    "model.tokenizer.vocab_size=300",
+    "dataset.limit_train=24",
+    "dataset.limit_validation=4",
+    # the tiny model holds 512 positions; its 300-token vocabulary spells an abstract long
+    "dataset.max_source_tokens=96",
+    "dataset.max_target_tokens=24",
+    "loader.batch_size=4",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "module.validate_full=false",
+    "eval.limit=6",
+    "eval.generation.batch_size=3",
+    "eval.generation.max_new_tokens=8",
+]
+
+
+@pytest.mark.skipif(not (SCITLDR / "test.jsonl").is_file(), reason="no SciTLDR files")
+def test_tiny_scitldr_sweep_scores_every_reference_and_the_long_prompt_speed(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "skipdecode.sweep",
+        "-m",
+        *TINY_SCITLDR,
+        "schedule=full,target_2x",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"sweep.cells_dir={tmp_path / 'cells'}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+    ]
+    env = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    records, folders = {}, {}
+    for cell_file in sweep.glob("*/cell.json"):
+        cell = json.loads(cell_file.read_text())
+        assert cell["status"] == "ok", cell
+        records[cell["schedule"]] = json.loads(Path(cell["record"]).read_text())
+        folders[cell["schedule"]] = Path(cell["record"]).parent
+    two, full = records["target_2x"], records["full"]
+    generations = folders["target_2x"] / two["files"]["generations"]
+    gens = [json.loads(line) for line in generations.open()]
+    test_rows = [json.loads(line) for line in (SCITLDR / "test.jsonl").open()][:6]
+    assert [len(g["references"]) for g in gens] == [len(set(r["target"])) for r in test_rows]
+    assert {"rouge1_max", "rougeL_mean"} <= set(gens[0]["scores"])
+    # the prediction from the layer counts uses full's own timed prefill and decode seconds
+    lp, base = two["speed"]["long_prompts"], two["speed"]["baseline"]
+    p, d = base["prefill_seconds"], base["decode_seconds"]
+    assert lp["predicted_speedup_e2e"] == pytest.approx(
+        (p + d) / (p + d / lp["predicted_speedup_decode"]), rel=1e-12
+    )
+    assert lp["predicted_speedup_decode"] > 1.0 and 0.0 < lp["prefill_share"] < 1.0
+    assert lp["prefill_share_baseline"] == pytest.approx(p / (p + d), rel=1e-12)
+    assert full["speed"]["long_prompts"]["predicted_speedup_e2e"] == 1.0
+    assert two["summary"]["predicted_speedup_e2e"] == lp["predicted_speedup_e2e"]
+
+    paths = write_summaries(sweep)
+    rows = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}
+    assert set(rows) == {"full", "target_2x"}
+    for key in ("rouge1_max", "rouge2_max", "rougeL_mean"):  # recomputed as the evaluation did
+        assert float(rows["target_2x"][key]) == pytest.approx(two["summary"][key], abs=1e-12)
+    assert rows["target_2x"]["delta_seeds"] == str(two["config"]["seed"])
+    assert "| tiny | target_2x | skipdecode |" in paths["markdown"].read_text()
+
+
+def _cell(folder: Path, job: int, schedule: str, seed: int, outputs: list[str]) -> None:
+    """A finished SciTLDR cell as a published sweep holds it."""
+    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
+    rows = [
+        {"index": i, "input": f"abstract {i}", "references": refs[i], "output": out, "scores": {}}
+        for i, out in enumerate(outputs)
+    ]
+    where = folder / str(job)
+    where.mkdir(parents=True)
+    (where / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    record = {
+        "summary": {"bleu": 10.0 * seed},
+        "quality": {"bleu": {"settings": {"tokenize": "13a"}}, "rouge": {"settings": {}}},
+        "speed": {
+            "batch_speedup": 2.0 if schedule != "full" else 1.0,
+            "long_prompts": {"prefill_share": 0.25, "predicted_speedup_e2e": 1.5},
+        },
+        "files": {"generations": "generations.jsonl"},
+    }
+    (where / "record.json").write_text(json.dumps(record))
+    cell = {
+        "status": "ok",
+        "dataset": "scitldr",
+        "model": "smollm2-135m",
+        "schedule": schedule,
+        "method": "full" if schedule == "full" else "skipdecode",
+        "target_speedup": 1.0 if schedule == "full" else 2.0,
+        "seed": seed,
+        "record": "record.json",
+    }
+    (where / "cell.json").write_text(json.dumps(cell))
+
+
+def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):
+    full_out = ["we propose a fast parser", "a study of the loss"]
+    two_out = ["a new model", "a study of loss"]
+    for seed in (1, 2):
+        _cell(tmp_path, 2 * seed, "full", seed, full_out)
+        _cell(tmp_path, 2 * seed + 1, "target_2x", seed, two_out)
+    paths = write_summaries(tmp_path)
+    rows = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
+
+    def expected(outputs: list[str], t: str, convention: str) -> float:
+        per = []
+        for out, group in zip(outputs, refs, strict=True):
+            s = [scorer.score(r, out) for r in group]
+            if convention == "max":
+                best = max(range(len(s)), key=lambda i: (s[i]["rouge1"].fmeasure, -i))
+                per.append(s[best][t].fmeasure)
+            else:
+                per.append(sum(x[t].fmeasure for x in s) / len(s))
+        return sum(per) / len(per)
+
+    for t in ("rouge1", "rouge2", "rougeL"):
+        for c in ("max", "mean"):
+            got = float(rows["target_2x"][f"{t}_{c}"])
+            assert got == pytest.approx(expected(two_out, t, c), abs=1e-12)
+            delta = float(rows["target_2x"][f"{t}_{c}_delta"])
+            assert delta == pytest.approx(got - expected(full_out, t, c), abs=1e-12)
+    two = rows["target_2x"]
+    # identical outputs for both seeds: a zero-width interval over seeds, and the bootstrap's
+    # interval holds the observed difference
+    assert float(two["rougeL_max_delta_seed_ci95_low"]) == pytest.approx(
+        float(two["rougeL_max_delta"])
+    )
+    assert (
+        float(two["rougeL_max_delta_ci95_low"])
+        <= float(two["rougeL_max_delta"])
+        <= float(two["rougeL_max_delta_ci95_high"])
+    )
+    assert two["delta_seeds"] == "1 2" and rows["full"]["delta_seeds"] == ""
+    assert float(two["batch_speedup"]) == 2.0 and float(two["prefill_share"]) == 0.25
+    md = paths["markdown"].read_text()
+    assert "| smollm2-135m | target_2x | skipdecode | 1 2 |" in md and "25.0%" in md
