@@ -18,7 +18,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROVENANCE_PACKAGES", "PROVENANCE_ENV", "cpu_model", "package_code", "provenance"]
+__all__ = [
+    "PROVENANCE_PACKAGES",
+    "PROVENANCE_ENV",
+    "ProvenanceError",
+    "cpu_model",
+    "diff_missing",
+    "package_code",
+    "provenance",
+    "require_recorded_diff",
+]
 
 #: A dirty checkout's diff is kept whole in the record up to this size (else its sha256 only).
 MAX_DIFF_CHARS = 200_000
@@ -86,6 +95,28 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
         info["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
         info["diff"] = diff if len(diff) <= MAX_DIFF_CHARS else None  # too large: hash only
     return info
+
+
+class ProvenanceError(RuntimeError):
+    """A run whose record could not say what code it ran."""
+
+
+def diff_missing(prov: dict[str, Any] | None) -> bool:
+    """Whether a record's provenance is from a checkout with uncommitted changes whose diff it
+    does not hold (too large to keep, or recorded before diffs were kept)."""
+    git = (prov or {}).get("git") or {}
+    return bool(git.get("dirty")) and not isinstance(git.get("diff"), str)
+
+
+def require_recorded_diff(prov: dict[str, Any], what: str) -> None:
+    """Refuse, before anything runs, a run whose record could not hold the diff it ran with."""
+    if diff_missing(prov):
+        git = prov.get("git") or {}
+        raise ProvenanceError(
+            f"{what}: the checkout {git.get('root')!r} has uncommitted changes whose diff is "
+            f"larger than the {MAX_DIFF_CHARS:,} characters a record keeps, so the record could "
+            "not say what code it ran; commit the changes (or stash them) and run again"
+        )
 
 
 def package_code() -> dict[str, str | None]:

@@ -3,6 +3,7 @@ records, and publishing is whole or nothing."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -256,6 +257,40 @@ def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path)
     assert kept["diff"] == "+x = 1\n"  # the published record says what the run had
     (record.parent / RESTORED).write_text("{}")  # put back from a publication: not news
     publish(sweep, target, aggregate)
+
+
+def test_publishing_refuses_a_dirty_record_without_its_diff_even_when_allowed(tmp_path):
+    from skipdecode.experiments.publish import PublishError
+
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    record = Path(json.loads((sweep / "2" / "cell.json").read_text())["record"])
+    data = json.loads(record.read_text())
+    data["provenance"]["git"] |= {"dirty": True, "diff": None, "diff_sha256": "ab"}  # too large
+    record.write_text(json.dumps(data))
+    target = tmp_path / "results" / "fake"
+    with pytest.raises(PublishError, match=r"1 cell\(s\) .*hold no diff \(sweep/2\).*commit"):
+        publish(sweep, target, aggregate, allow_dirty=True)
+    assert not target.exists() and not list(target.parent.glob(".fake.*"))
+
+
+def test_benchmarks_refuse_up_front_a_checkout_whose_diff_a_record_cannot_hold(monkeypatch, capsys):
+    from skipdecode.experiments import bench_tables
+
+    too_large = {"git": {"dirty": True, "diff": None, "root": "/repo", "diff_sha256": "ab"}}
+    monkeypatch.setattr(bench_tables, "provenance", lambda: too_large)
+    parser = argparse.ArgumentParser(prog="skipdecode-bench")
+    with pytest.raises(SystemExit):
+        bench_tables.started_provenance(parser)
+    assert "uncommitted changes whose diff is larger than" in capsys.readouterr().err
+    kept = {"git": {"dirty": True, "diff": "+x\n"}}
+    monkeypatch.setattr(bench_tables, "provenance", lambda: kept)
+    assert bench_tables.started_provenance(parser) is kept
+
+
+def test_the_committed_provenance_page_is_up_to_date():
+    from skipdecode.experiments.audit import main as audit
+
+    assert audit([str(RESULTS), "--check"]) == 0
 
 
 def test_provenance_keeps_the_diff_of_a_dirty_checkout(tmp_path):

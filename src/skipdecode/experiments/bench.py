@@ -36,6 +36,7 @@ from .bench_tables import (
     add_run_options,
     compile_graph_of,
     decode_table,
+    started_provenance,
     train_table,
     write_bench,
 )
@@ -293,6 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_run_options(p, name=None)
     args = p.parse_args(argv)
+    started = started_provenance(p)
     for s in args.shapes:
         if s not in SHAPES:
             p.error(f"--shapes: {s!r} is not known; choose from {sorted(SHAPES)}")
@@ -343,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
         flag_batches(cells)
     table = decode_table(cells) if args.mode == "decode" else train_table(cells)
     stem = args.name or f"{args.mode}-{args.device}"
-    write_bench(args.out, stem, {"mode": args.mode, "args": vars(args), "cells": cells}, table)
+    payload = {"mode": args.mode, "args": vars(args), "cells": cells}
+    write_bench(args.out, stem, payload, table, started)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ import torch
 
 from ..core.engine import SkipDecoder
 from ..progress import progress
-from ..provenance import provenance
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import (
     add_plan_graphs_option,
@@ -53,6 +52,7 @@ from .bench_tables import (
     compile_graph_of,
     load_bench_model,
     speculative_table,
+    started_provenance,
     write_bench,
 )
 from .bench_workloads import CHAT_PROMPTS, WORKLOADS, Workload, load_workload
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     args = p.parse_args(argv)
-    started = provenance()  # the code this run imports, recorded as such
+    started = started_provenance(p)
     for n in args.draft_vocabs:
         if n < 1:
             p.error(f"--draft-vocabs: {n} is not allowed (a number of tokens >= 1)")

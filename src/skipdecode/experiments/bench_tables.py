@@ -11,10 +11,11 @@ from typing import Any
 import torch
 
 from ..io import write_json_atomic
-from ..provenance import provenance
+from ..provenance import ProvenanceError, provenance, require_recorded_diff
 
 __all__ = [
     "add_run_options", "cell_text", "decode_table", "speculative_table", "train_table",
+    "started_provenance",
     "write_bench",
 ]  # fmt: skip
 
@@ -68,6 +69,17 @@ def load_bench_model(model_dir: Path | None, dtype: str, device: str) -> tuple[A
 def cell_text(value: Any, fmt: str = "{:.2f}") -> str:
     """A table cell: ``value`` formatted, or empty where there is none."""
     return fmt.format(value) if value is not None else ""
+
+
+def started_provenance(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The provenance of a benchmark as it starts (the code it imports, recorded as such);
+    a checkout whose diff a record could not hold is refused before anything runs."""
+    started = provenance()
+    try:
+        require_recorded_diff(started, parser.prog)
+    except ProvenanceError as e:
+        parser.error(str(e))
+    return started
 
 
 def write_bench(

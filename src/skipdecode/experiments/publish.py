@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import read_json_or_none, write_json_atomic, write_text_atomic
+from ..provenance import diff_missing
 from .identity import IDENTITY_FILE, identity_hash, portable_identity
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
@@ -78,6 +79,15 @@ def publish(
         if not found:
             raise FileNotFoundError(f"{str(d)!r} holds no {CELL_FILE}: nothing to publish")
     dirty = [f for found in cells.values() for f in found if _from_dirty_tree(f)]
+    no_diff = [f for f in dirty if _from_dirty_tree(f, without_diff=True)]
+    if no_diff:
+        names = ", ".join(f"{f.parent.parent.name}/{f.parent.name}" for f in no_diff[:8])
+        more = f" and {len(no_diff) - 8} more" if len(no_diff) > 8 else ""
+        raise PublishError(
+            f"{len(no_diff)} cell(s) were evaluated from a checkout with uncommitted changes and "
+            f"their records hold no diff ({names}{more}): nothing says what code they ran; "
+            "commit and rerun them (--allow-dirty accepts only records that keep their diff)"
+        )
     if dirty and not allow_dirty:
         names = ", ".join(f"{f.parent.parent.name}/{f.parent.name}" for f in dirty[:8])
         more = f" and {len(dirty) - 8} more" if len(dirty) > 8 else ""
@@ -120,14 +130,17 @@ class PublishError(RuntimeError):
     """A sweep that cannot be published as asked."""
 
 
-def _from_dirty_tree(cell_file: Path) -> bool:
-    """Whether the job's finished cell was evaluated from a dirty checkout (and not restored)."""
+def _from_dirty_tree(cell_file: Path, without_diff: bool = False) -> bool:
+    """Whether the job's finished cell was evaluated from a dirty checkout (and not restored);
+    ``without_diff``: one whose record does not hold the diff."""
     cell = read_json_or_none(cell_file) or {}
     record = Path(str(cell.get("record") or ""))
     if cell.get("status") != "ok" or not record.is_file() or (record.parent / RESTORED).is_file():
         return False
-    git = ((read_json_or_none(record) or {}).get("provenance") or {}).get("git") or {}
-    return bool(git.get("dirty"))
+    prov = (read_json_or_none(record) or {}).get("provenance") or {}
+    if without_diff:
+        return diff_missing(prov)
+    return bool((prov.get("git") or {}).get("dirty"))
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple | None:

@@ -45,10 +45,10 @@ import torch
 from ..core.engine import SkipDecoder
 from ..io import write_text_atomic
 from ..progress import progress
-from ..provenance import package_code, provenance
+from ..provenance import package_code
 from ..schedules import FullSchedule, Schedule, build_schedule
 from .answer_journal import AnswerJournal
-from .bench_tables import add_run_options, load_bench_model, write_bench
+from .bench_tables import add_run_options, load_bench_model, started_provenance, write_bench
 from .bench_workloads import ranked_draft_vocab, trained_dataset
 
 __all__ = [
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compile", action="store_true", help="the compiled decode path")
     add_run_options(p, name="spec-bench")
     args = p.parse_args(argv)
-    started = provenance()  # the code this run imports, recorded as such
+    started = started_provenance(p)
     for name, values in (("--ks", args.ks), ("--new-tokens", [args.new_tokens])):
         for v in values:
             if v < 1:
