@@ -34,7 +34,7 @@ class Family:
     logit_divisor: str | None = None  # config attribute dividing the logits
     logit_softcap: str | None = None  # config attribute: logits = cap * tanh(logits / cap)
     attention: str | None = None  # the attention implementation the family needs, if one
-    handling: str = "common shape"  # what this family needed (README table)
+    handling: str = "common shape"  # what this family needed (docs/FAMILIES.md table)
 
 
 FAMILIES: dict[str, Family] = {
@@ -87,7 +87,7 @@ FAMILIES: dict[str, Family] = {
 
 
 def families_table() -> str:
-    """The README's table of supported model types (a test keeps README equal to this)."""
+    """The table of supported model types in docs/FAMILIES.md (a test keeps it equal to this)."""
     lines = ["| `model_type` | what it needs |", "|---|---|"]
     for name, family in sorted(FAMILIES.items()):
         lines.append(f"| `{name}` | {family.handling} |")

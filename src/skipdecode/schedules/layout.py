@@ -177,7 +177,7 @@ def linear_for_speedup(
 ) -> LinearSchedule:
     """Build a linear schedule whose mean budget over ``expected_length`` steps is ``L / s``.
 
-    The rule (documented in README):
+    The rule (documented in docs/SCHEDULES.md):
       1. target mean budget ``B = L / s``; decay over the expected length, ``T = N``;
       2. start high: ``max = min(L, round(B * (1 + spread)))``;
       3. choose ``min`` (>= w + 1, <= max) whose exact mean budget over N steps, with the

@@ -66,7 +66,7 @@ def build_schedule(
     expected_length: int | None = None,
     lengths: Sequence[int] | None = None,
 ) -> Schedule:
-    """Any registered schedule from its config; see README "Schedules".
+    """Any registered schedule from its config; see docs/SCHEDULES.md.
 
     Schedules built from a target speedup take ``target_speedup`` (and the expected generation
     length where the plan depends on the position); explicit parameters override it. A
