@@ -165,6 +165,31 @@ def private_imports(root: Path = PACKAGE) -> list[str]:
     return leaks
 
 
+def studies_imports(root: Path = PACKAGE) -> list[str]:
+    """Every import of the ``studies`` folder from the package (it may only go the other way)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            found += [
+                f"{path.relative_to(root)}:{node.lineno} imports {n}"
+                for n in names
+                if n == "studies" or n.startswith("studies.")
+            ]
+    return found
+
+
+def test_the_package_never_imports_the_studies():
+    wrong = studies_imports()
+    assert not wrong, "the package imports the studies:\n" + "\n".join(wrong)
+
+
 def test_no_import_cycles():
     cycle = find_cycle()
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
@@ -213,3 +238,5 @@ def test_architecture_checks_see_planted_violations(tmp_path):
         "core/a.py:1 (core) imports skipdecode.experiments.b (experiments)"
     ]
     assert private_imports(root) == ["experiments/b.py:2 imports skipdecode.core.a._hidden"]
+    (root / "core" / "c.py").write_text("def f():\n    from studies.spec_bench import x\n")
+    assert studies_imports(root) == ["core/c.py:2 imports studies.spec_bench"]

@@ -328,7 +328,7 @@ def _load_chat(
         raise DataConfigError(
             "dataset 'chat' has no hub source; set data_dir to a folder with train and "
             "validation .jsonl files (fields prompt, response, finished), e.g. from "
-            "`python -m skipdecode.experiments.self_distill`"
+            "`python -m studies.self_distill`"
         )
     candidates = _split_candidates(spec, split_files)
     directory = _check_data_dir(spec, data_dir, "train and validation files (prompt, response)")

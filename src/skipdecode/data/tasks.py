@@ -185,7 +185,7 @@ TASKS: Mapping[str, TaskSpec] = {
         add_bos=False,
         cut_source=False,
         description="Chat turns: a prompt already in the model's chat template and its answer "
-        "(e.g. the model's own answers, written by experiments.self_distill); training only.",
+        "(e.g. the model's own answers, written by studies/self_distill.py); training only.",
     ),
 }
 

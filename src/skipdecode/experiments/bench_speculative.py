@@ -27,7 +27,7 @@ speedup is marked chosen. The split is timed on a CPU only (on a GPU it
 would synchronise every part of every round). With ``--compile`` every variant, the full
 baseline included, runs on the compiled decode path (``core.compiled``), its compiling kept out
 of the decode time. (transformers' ``generate`` with a static cache and ``torch.compile`` is
-the peer of the compiled decode benchmark, ``make bench-compiled``.)
+the peer of the compiled decode benchmark, ``make study NAME=decode_smollm2_cpu_compiled``.)
 
     python -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
         --draft-budgets 6 8 10

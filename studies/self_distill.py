@@ -17,7 +17,7 @@ whether the answer ended with EOS within ``--new-tokens``; the ``chat`` dataset 
 unfinished answer without EOS) and ``<out>/distill.json`` (settings, counts per task, what was
 left out), each written whole. ``conf/dataset/chat.yaml`` trains on them.
 
-    python -m skipdecode.experiments.self_distill --out outputs/data/spec_bench_distill
+    python -m studies.self_distill --out outputs/data/spec_bench_distill
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from typing import Any
 
 import torch
 
-from ..core.engine import SkipDecoder
-from ..io import write_json_atomic, write_jsonl_atomic
-from ..progress import progress
-from ..schedules import FullSchedule
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.io import write_json_atomic, write_jsonl_atomic
+from skipdecode.progress import progress
+from skipdecode.schedules import FullSchedule
+
 from .spec_bench import HELD_OUT, load_questions, task_of
 
 __all__ = ["distill", "questions_from", "split_by_question", "main"]
@@ -59,7 +60,7 @@ def _decode_batch(
     dec: SkipDecoder, rows: Sequence[list[int]], new_tokens: int
 ) -> list[tuple[str, bool]]:
     """Greedy answers (text, ended with EOS) to tokenized chat prompts, decoded as one batch."""
-    from ..data.collate import left_pad
+    from skipdecode.data.collate import left_pad
 
     tok = dec.tokenizer
     ids, mask = left_pad(list(rows), int(tok.pad_token_id))
@@ -154,7 +155,7 @@ def split_by_question(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .bench_tables import load_bench_model
+    from skipdecode.experiments.bench_tables import load_bench_model
 
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

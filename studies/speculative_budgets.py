@@ -26,10 +26,10 @@ for token) differs between drafts and so does the text being drafted. A prompt's
 median over the repeats, so with more than two repeats the pooled speedup of the interval can
 differ slightly from the table's (the median of whole-workload times).
 
-    python -m skipdecode.experiments.speculative_budgets \\
+    python -m studies.speculative_budgets \\
         results/bench/speculative-budgets-b{6,8,10,12}.json \\
         --out results/bench --name speculative-budgets
-    python -m skipdecode.experiments.speculative_budgets \\
+    python -m studies.speculative_budgets \\
         results/bench/speculative-distill-b10{,_distill}.json --labels b10 b10_distill \\
         --out results/bench --name speculative-distill
 """
@@ -44,12 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.metrics.bootstrap import (
+from skipdecode.evaluation.metrics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     percentile_interval,
 )
-from .bench_tables import cell_text, write_bench
+from skipdecode.experiments.bench_tables import cell_text, write_bench
 
 __all__ = ["BudgetError", "choose_budgets", "budgets_table", "load_budget_run", "main"]
 

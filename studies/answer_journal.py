@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..io import write_json_atomic, write_text_atomic
+from skipdecode.io import write_json_atomic, write_text_atomic
 
 __all__ = ["AnswerJournal"]
 

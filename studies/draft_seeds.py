@@ -2,7 +2,7 @@
 
 Each side is a draft (a shape, a budget, a recipe) trained with several seeds; each trained
 model is one ``bench_speculative`` record, every record decoding the same inputs at batch 1 (the
-128-input acceptance runs of ``make speculative-b10-seed``). The measure is tokens per verify
+128-input acceptance runs of ``make study NAME=speculative_b10_seed``). The measure is tokens per verify
 at one ``k``, pooled over the inputs ((accepted + rounds) / rounds), the figure the lossless
 mode's speed rests on, and it is deterministic: timing does not enter.
 
@@ -15,7 +15,7 @@ inputs. It covers what a training seed does as well as which inputs were drawn. 
 seed's own difference and the t-interval over seeds (the seeds' spread alone). With two seeds a
 side the seed level has little to draw from; the record says how many.
 
-    python -m skipdecode.experiments.draft_seeds \\
+    python -m studies.draft_seeds \\
         --first results/bench/speculative-b10-acceptance-128-b10{,_seed-2,_seed-3}.json \\
         --second results/bench/speculative-b10-acceptance-128-b10_warmup-5{,-seed-2,-seed-3}.json \\
         --names "bottom 1 + top 9" "bottom 5 + top 5" --out results/bench \\
@@ -30,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.metrics.bootstrap import (
+from skipdecode.evaluation.metrics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     percentile_interval,
 )
-from .bench_tables import write_bench
-from .seeds import mean_ci95
+from skipdecode.experiments.bench_tables import write_bench
+from skipdecode.experiments.seeds import mean_ci95
+
 from .speculative_budgets import (
     BudgetError,
     check_shared_settings,

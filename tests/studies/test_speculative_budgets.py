@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skipdecode.experiments.speculative_budgets import (
+from studies.speculative_budgets import (
     BudgetError,
     budgets_table,
     choose_budgets,

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from skipdecode.experiments.draft_seeds import compare_over_seeds, main
-from skipdecode.experiments.speculative_budgets import BudgetError, load_budget_run
+from studies.draft_seeds import compare_over_seeds, main
+from studies.speculative_budgets import BudgetError, load_budget_run
 
 ARGS = {"workload": "e2e-test", "prompts": "3", "batch_sizes": "[1]", "ks": "[2]",
         "new_tokens": "64", "draft_vocab": "4096", "repeats": "1", "compile": "True",

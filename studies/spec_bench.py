@@ -26,8 +26,8 @@ machine skips the questions it finished (each question's methods run back to bac
 process, so its speedup pairs them still; the record counts them and keeps the first run's
 provenance), and the results are written whole once every question is answered.
 
-    python -m skipdecode.experiments.spec_bench --per-task 10 --new-tokens 128 --ks 4
-    python -m skipdecode.experiments.spec_bench --model EXPORT --draft-budget 8 --compile
+    python -m studies.spec_bench --per-task 10 --new-tokens 128 --ks 4
+    python -m studies.spec_bench --model EXPORT --draft-budget 8 --compile
 """
 
 from __future__ import annotations
@@ -42,14 +42,20 @@ from typing import Any
 
 import torch
 
-from ..core.engine import SkipDecoder
-from ..io import write_text_atomic
-from ..progress import progress
-from ..provenance import package_code
-from ..schedules import FullSchedule, Schedule, build_schedule
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.experiments.bench_tables import (
+    add_run_options,
+    load_bench_model,
+    started_provenance,
+    write_bench,
+)
+from skipdecode.experiments.bench_workloads import ranked_draft_vocab, trained_dataset
+from skipdecode.io import write_text_atomic
+from skipdecode.progress import progress
+from skipdecode.provenance import package_code
+from skipdecode.schedules import FullSchedule, Schedule, build_schedule
+
 from .answer_journal import AnswerJournal
-from .bench_tables import add_run_options, load_bench_model, started_provenance, write_bench
-from .bench_workloads import ranked_draft_vocab, trained_dataset
 
 __all__ = [
     "HELD_OUT",

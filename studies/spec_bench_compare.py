@@ -18,10 +18,10 @@ Given one run, the method is set against that run's own plain decoding instead: 
 overall, its mean accepted tokens per step and speedup with 95% bootstrap intervals over the
 task's questions (:func:`method_intervals`).
 
-    python -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-b8-base \\
+    python -m studies.spec_bench_compare results/bench/spec-bench-b8-base \\
         results/bench/spec-bench-b8-finetuned --method speculative-k2 \\
         --out results/bench --name spec-bench-b8-compare
-    python -m skipdecode.experiments.spec_bench_compare results/bench/spec-bench-480-b8-base \\
+    python -m studies.spec_bench_compare results/bench/spec-bench-480-b8-base \\
         --method speculative-k2 --out results/bench --name spec-bench-480-b8-base-intervals
 """
 
@@ -35,13 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation.metrics.bootstrap import (
+from skipdecode.evaluation.metrics.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     percentile_interval,
 )
-from ..io import read_jsonl
-from .bench_tables import write_bench
+from skipdecode.experiments.bench_tables import write_bench
+from skipdecode.io import read_jsonl
+
 from .spec_bench import TASKS, task_of, tokens_per_second
 
 __all__ = [

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from skipdecode.experiments import spec_bench, spec_bench_compare
+from studies import spec_bench, spec_bench_compare
 
 METHOD = "speculative-k2"
 SETTINGS = {"per_task": "1", "new_tokens": "96", "draft_budget": "8", "draft_vocab": "4096"}

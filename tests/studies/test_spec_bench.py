@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 import torch
 
-from skipdecode.experiments import self_distill, spec_bench
 from skipdecode.experiments.bench_workloads import ranked_draft_vocab
 from skipdecode.schedules import build_schedule
 from skipdecode.schedules.speculative import SpeculativeSchedule
+from studies import self_distill, spec_bench
 
 
 def test_the_committed_questions_are_spec_bench_s():
@@ -170,7 +170,7 @@ def _fake_answers(monkeypatch, calls, fail_at=None):
 def test_a_killed_run_resumes_from_its_journal_and_refuses_other_settings(
     smollm2, monkeypatch, tmp_path
 ):
-    from skipdecode.experiments.answer_journal import AnswerJournal
+    from studies.answer_journal import AnswerJournal
 
     model, tokenizer = smollm2
     questions = spec_bench.load_questions(per_task=1)[:3]
@@ -244,7 +244,7 @@ def test_main_writes_the_results_whole_and_then_drops_its_journal(smollm2, monke
 
 
 def test_a_journal_drops_only_a_cut_last_line_and_refuses_other_damage(tmp_path):
-    from skipdecode.experiments.answer_journal import AnswerJournal
+    from studies.answer_journal import AnswerJournal
 
     folder = tmp_path / "run.partial"
     journal = AnswerJournal(folder, {"ks": [2]}, started={"timestamp_utc": "t0"})
