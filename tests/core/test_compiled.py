@@ -19,6 +19,7 @@ from torch._dynamo.utils import counters
 
 from skipdecode.core.compiled import CompiledLayers, bucketed_capacity
 from skipdecode.core.engine import SkipDecoder
+from skipdecode.core.options import DecodeOptions
 from skipdecode.core.matmul_forms import (
     SMALL_ROWS,
     MatmulForms,
@@ -370,10 +371,12 @@ def test_compiled_stops_rows_at_eos_like_eager(models):
 
 def test_compile_settings_are_checked():
     model = tiny_llama(2)
-    with pytest.raises(ValueError, match="compile=True needs cache='static'"):
+    with pytest.raises(ValueError, match="compile: True needs cache='static'"):
         SkipDecoder(model, cache="dynamic", compile=True)
-    with pytest.raises(ValueError, match="compile mode 'fast' is not allowed"):
+    with pytest.raises(ValueError, match="compile: 'fast' is not allowed"):
         SkipDecoder(model, compile="fast")
-    with pytest.raises(ValueError, match=r"compile graph 'model' is not allowed: .*'plan'"):
+    with pytest.raises(ValueError, match=r"compile_graph: 'model' is not allowed; .*'plan'"):
         SkipDecoder(model, compile=True, compile_graph="model")
+    with pytest.raises(ValueError, match=r"give options or \['compile'\], not both"):
+        SkipDecoder(model, compile=True, options=DecodeOptions())
     assert [bucketed_capacity(n) for n in (1, 64, 65, 130)] == [64, 64, 128, 192]

@@ -333,8 +333,9 @@ def test_speculative_bench_on_plan_graphs_keeps_the_full_models_output(tmp_path,
     common += ["--draft-budget=3", "--plan-graphs"]
     with pytest.raises(SystemExit):
         bench_speculative_main([*common, "--name=bad"])
-    assert "--plan-graphs: the plan graphs are compiled; allowed only with --compile" in (
-        capsys.readouterr().err
+    assert (
+        "--plan-graphs: 'plan' is a kind of compiled graph, and --compile is False; allowed with --compile=true"
+        in (capsys.readouterr().err)
     )
     assert not (tmp_path / "bad.json").exists()
     bench_speculative_main([*common, "--compile", "--name=plan"])
@@ -363,7 +364,8 @@ def test_decode_bench_times_the_full_schedule_on_plan_graphs(tmp_path):
 def test_decode_bench_refuses_plan_graphs_without_compile(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--shapes", "tiny", "--plan-graphs", "--no-floor", "--out", str(tmp_path)])
-    assert "--plan-graphs: the plan graphs are compiled; allowed only with --compile" in (
-        capsys.readouterr().err
+    assert (
+        "--plan-graphs: 'plan' is a kind of compiled graph, and --compile is False; allowed with --compile=true"
+        in (capsys.readouterr().err)
     )
     assert not list(tmp_path.iterdir())  # refused before anything is written

@@ -14,20 +14,17 @@ from torch import nn
 
 from .adapters import DecoderAdapter, get_adapter
 from .cache import DynamicKVCache, KVCache, StaticKVCache
-from .clock import eval_mode, now
-from .compiled import CompiledLayers, bucketed_capacity, future_mask
-from .masks import (
-    active_prefixes,
-    causal_attention_mask,
-    decode_attention_mask,
-    position_ids_from_mask,
-)
+from .clock import eval_mode
+from .compiled import CompiledLayers
+from .loop import DecodeRequest, plan_generate
+from .masks import active_prefixes, causal_attention_mask, position_ids_from_mask
+from .options import DecodeOptions
 from .prompts import lengths_with_eos, prepare_inputs, special_ids
 from .rounds import PaceBook
-from .sampling import SamplingConfig, select_next
+from .sampling import SamplingConfig
 from .speculative import RoundView, speculative_generate, speculative_output
 from .stats import GenerationOutput, GenerationStats
-from .step import DecodeStep, LayerPlan, check_nested
+from .step import LayerPlan, Speculation
 
 __all__ = ["SkipDecoder", "GenerationOutput", "GenerationStats"]
 
@@ -43,27 +40,30 @@ class SkipDecoder:
         self,
         model: nn.Module,
         tokenizer: Any | None = None,
-        cache: str = "static",
-        compile: bool | str = False,
-        compile_graph: str = "layer",
+        cache: str | None = None,
+        compile: bool | str | None = None,
+        compile_graph: str | None = None,
+        *,
+        options: DecodeOptions | None = None,
     ):
-        if cache not in ("static", "dynamic"):
-            raise ValueError(f"cache={cache!r} is not allowed: choose 'static' or 'dynamic'")
-        if compile and cache != "static":
-            raise ValueError(
-                f"compile={compile!r} needs cache='static' (the compiled step writes the "
-                f"preallocated cache in place), not cache={cache!r}"
-            )
+        """``options`` (:class:`~skipdecode.core.options.DecodeOptions`), or its settings one by
+        one (``cache``, ``compile``, ``compile_graph``; each left out at its default)."""
+        given = {"cache": cache, "compile": compile, "compile_graph": compile_graph}
+        given = {k: v for k, v in given.items() if v is not None}
+        if options is not None and given:
+            raise ValueError(f"give options or {sorted(given)}, not both")
+        self.options = options or DecodeOptions(**given)
         self.model = model
         self.tokenizer = tokenizer
         self.adapter: DecoderAdapter = get_adapter(model)
-        self.cache_kind = cache
+        self.cache_kind = self.options.cache
         # compile=True (or a torch.compile mode): decode passes run compiled (core.compiled), a
         # graph per layer kind or per layer set (compile_graph="plan"); prefill runs eager.
         self.compiled: CompiledLayers | None = None
-        if compile:
-            mode = "default" if compile is True else str(compile)
-            self.compiled = CompiledLayers(self.adapter, mode, graph=compile_graph)
+        if self.options.compile_mode is not None:
+            self.compiled = CompiledLayers(
+                self.adapter, self.options.compile_mode, graph=self.options.compile_graph
+            )
         self.paces = PaceBook()  # the lossless mode's auto_off verdicts, kept across calls
 
     @property
@@ -190,146 +190,51 @@ class SkipDecoder:
         (and keep padding) unless ``stop_at_eos=False``; the loop ends early once every row has
         stopped. ``on_round``: a speculative schedule's per-round view (tests, inspection);
         ``profile_rounds``: time the parts of its rounds (``stats.speculation.phase_seconds``).
+        A layer plan decodes in :func:`~skipdecode.core.loop.plan_generate`, a speculative
+        schedule in :func:`~skipdecode.core.speculative.speculative_generate`.
         """
         input_ids, attention_mask = prepare_inputs(
             inputs, attention_mask, self.tokenizer, self.device
         )
         eos_ids, pad_id = special_ids(self.model, self.tokenizer, eos_token_id, pad_token_id)
-        B, P = input_ids.shape
-        self._validate(schedule, P, max_new_tokens)
-        sampling = SamplingConfig(do_sample, temperature, top_p, seed)
-        device = input_ids.device
-        generator = sampling.generator(device)
-        stop = stop_at_eos and len(eos_ids) > 0
-        eos_tensor = torch.tensor(eos_ids or [-1], device=device)
-
-        n_steps = max(0, max_new_tokens - 1)
-        speculation = schedule.speculation()
-        if speculation is not None:
-            if return_logits:  # its tokens come from verify passes, several per pass
-                raise ValueError("return_logits=True is not available with a speculative schedule")
-            with eval_mode(self.model):  # draft plans nest per round (see core.speculative)
-                result = speculative_generate(
-                    self, input_ids, attention_mask, speculation, max_new_tokens, sampling,
-                    eos_ids, pad_id, stop, on_round, profile_rounds, self.paces,
-                )  # fmt: skip
-            out = speculative_output(result, self.num_layers, input_ids, attention_mask)
-            out.schedule = schedule.describe()
-            if decode_texts and self.tokenizer is not None:
-                out.texts = self.decode(out.generated_ids, eos_ids if stop else [])
-            return out
-        run = schedule.start(B)
-        static = schedule.static()
-        if static is not None:
-            check_nested([static.active_layers(g) for g in range(n_steps)])
-        token_layers: list[torch.Tensor] = []
-        ran_layers: list[tuple[int, ...]] = []
-
-        compiled = self.compiled
-        with eval_mode(self.model):
-            capacity = P + max(0, max_new_tokens - 1)
-            if compiled is not None:  # fewer distinct shapes, fewer compiles
-                capacity = bucketed_capacity(capacity)
-            cache = self.new_cache(B, capacity)
-            dtype = self.dtype
-            # Without padding, SDPA needs no mask (causal prefill, full decode rows), which also
-            # lets it run grouped-query attention without copying K/V per head.
-            maskless = self._sdpa() and bool(attention_mask.all())
-            decode_mask = (
-                None if maskless else decode_attention_mask(attention_mask, capacity, dtype)
-            )
-            # The compiled step attends over the whole capacity: unwritten columns are hidden.
-            full = (
-                None if compiled is None else decode_attention_mask(attention_mask, capacity, dtype)
-            )
-            valid = attention_mask.long().sum(-1)  # (B,) real prompt tokens per row
-
-            generated: list[torch.Tensor] = []
-            logits_seen: list[torch.Tensor] = []
-            live_history: list[torch.Tensor] = []
-            finished = torch.zeros(B, dtype=torch.bool, device=device)
-
-            compiling = 0.0 if compiled is None else compiled.compile_seconds
-            t0 = now(device)
-            logits = self.prefill(input_ids, attention_mask, cache, maskless)
-            t1 = now(device)
-            budgets: list[int] = []
-            if max_new_tokens > 0:
-                token = select_next(logits, sampling, generator)
-                generated.append(token)
-                if return_logits:
-                    logits_seen.append(logits.float())
-                if stop:
-                    finished = torch.isin(token, eos_tensor)
-            # Checking "all rows finished" reads a device value; on a GPU that is a host sync,
-            # so it is done every few steps there (extra steps only decode padding).
-            check_every = 8 if device.type == "cuda" else 1
-            for g in range(n_steps):
-                if stop and g % check_every == 0 and bool(finished.all()):
-                    break
-                live = ~finished
-                live_history.append(live)
-                step = DecodeStep(
-                    index=g,
-                    token=token,
-                    position=(valid + g)[:, None],  # (B, 1) position id of token g
-                    live=live,
-                    adapter=self.adapter,
-                    cache=cache,
-                    cache_position=P + g,
-                    attention_mask=None if decode_mask is None else decode_mask[..., : P + g + 1],
-                    compiled=compiled,
-                    capacity_mask=None if full is None else future_mask(full, P + g),
-                )
-                result = run.decode(step)
-                logits = result.logits
-                ran_layers.append(tuple(result.layers))
-                budgets.append(len(result.layers))
-                if result.token_layers is not None:
-                    token_layers.append(result.token_layers)
-                nxt = select_next(logits, sampling, generator)
-                if stop:
-                    nxt = torch.where(finished, torch.full_like(nxt, pad_id), nxt)
-                    finished = finished | torch.isin(nxt, eos_tensor)
-                token = nxt
-                generated.append(token)
-                if return_logits:
-                    logits_seen.append(logits.float())
-            t2 = now(device)
-            if compiled is not None:  # compile time is reported, never counted as decoding
-                compiling = compiled.compile_seconds - compiling
-
-        gen = torch.stack(generated, 1) if generated else input_ids.new_zeros(B, 0)
-        # per-row depths, when the schedule's rows left at different depths (every pass reports)
-        per_row = None
-        if token_layers and len(token_layers) == len(budgets):
-            per_row = [d.tolist() for d in token_layers]
-        out = GenerationOutput(
-            sequences=torch.cat([input_ids, gen], dim=1),
-            generated_ids=gen,
-            prompt_mask=attention_mask,
-            stats=GenerationStats(
-                num_layers=self.num_layers,
-                prompt_length=P,
-                budgets=budgets,
-                live_rows=[int(x) for x in torch.stack(live_history).sum(-1).tolist()]
-                if live_history
-                else [],
-                generated_lengths=lengths_with_eos(gen, eos_ids if stop else []),
-                prefill_seconds=t1 - t0,
-                decode_seconds=t2 - t1 - compiling,
-                batch_size=B,
-                compile_seconds=compiling,
-                compiled=compiled is not None,
-                token_layers=per_row,
-                live_mask=[x.tolist() for x in live_history] if per_row is not None else None,
-            ),
-            step_logits=torch.stack(logits_seen, 1) if logits_seen else None,
-            active_layers=ran_layers,
-            schedule=schedule.describe(),
+        self._validate(schedule, input_ids.shape[1], max_new_tokens)
+        req = DecodeRequest(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            sampling=SamplingConfig(do_sample, temperature, top_p, seed),
+            eos_ids=list(eos_ids),
+            pad_id=pad_id,
+            stop=stop_at_eos and len(eos_ids) > 0,
+            return_logits=return_logits,
         )
+        speculation = schedule.speculation()
+        if speculation is None:
+            out = plan_generate(self, req, schedule)
+        else:
+            out = self._speculative(req, schedule, speculation, on_round, profile_rounds)
         if decode_texts and self.tokenizer is not None:
-            out.texts = self.decode(gen, eos_ids if stop else [])
+            out.texts = self.decode(out.generated_ids, req.eos_ids if req.stop else [])
+        return out
+
+    def _speculative(
+        self,
+        req: DecodeRequest,
+        schedule: LayerPlan,
+        speculation: Speculation,
+        on_round: Callable[[RoundView], None] | None,
+        profile_rounds: bool,
+    ) -> GenerationOutput:
+        if req.return_logits:  # its tokens come from verify passes, several per pass
+            raise ValueError("return_logits=True is not available with a speculative schedule")
+        with eval_mode(self.model):  # draft plans nest per round (see core.speculative)
+            result = speculative_generate(
+                self, req.input_ids, req.attention_mask, speculation, req.max_new_tokens,
+                req.sampling, req.eos_ids, req.pad_id, req.stop, on_round, profile_rounds,
+                self.paces,
+            )  # fmt: skip
+        out = speculative_output(result, self.num_layers, req.input_ids, req.attention_mask)
+        out.schedule = schedule.describe()
         return out
 
     def decode(self, generated: torch.Tensor, eos_ids: Sequence[int] = ()) -> list[str]:
@@ -370,7 +275,9 @@ class SkipDecoder:
             self.num_layers, batch, kv_heads, head_dim, capacity, self.dtype, device
         )
 
-    def _sdpa(self) -> bool:
+    @property
+    def uses_sdpa(self) -> bool:
+        """Whether the model attends with SDPA (which then runs unmasked where nothing pads)."""
         return getattr(self.model.config, "_attn_implementation", None) == "sdpa"
 
     @property

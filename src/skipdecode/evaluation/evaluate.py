@@ -26,8 +26,8 @@ import torch
 from omegaconf import DictConfig
 
 from ..config import ConfigError, config_dir, resolve_config
-from ..core.compiled import COMPILE_GRAPHS
 from ..core.engine import SkipDecoder
+from ..core.options import DecodeOptions, DecodeOptionsError
 from ..data.datasets import get_task, median_target_length
 from ..io import write_json_atomic, write_jsonl_atomic
 from ..progress import progress_setting
@@ -117,13 +117,7 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     tokenizer = lm.tokenizer
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    decoder = SkipDecoder(
-        lm.model,
-        tokenizer,
-        cache=ev.get("cache", "static"),
-        compile=ev.get("compile") or False,
-        compile_graph=ev.get("compile_graph") or "layer",
-    )
+    decoder = SkipDecoder(lm.model, tokenizer, options=DecodeOptions.from_config(ev))
     expected, expected_source = lm.meta.get("expected_length"), "skipdecode.json"
     if not expected:  # never from the split being scored: the held-out validation split
         held_out = load_examples(settings, "validation", EXPECTED_LENGTH_SOURCES)
@@ -227,18 +221,12 @@ def _check_keys(c: Mapping[str, Any]) -> None:
             )
 
 
-def _check_compile_graph(ev: Mapping[str, Any]) -> None:
-    """``eval.compile_graph`` names a kind of compiled graph, so it needs ``eval.compile``."""
-    graph = ev.get("compile_graph") or "layer"
-    if graph not in COMPILE_GRAPHS:
-        raise EvaluationError(
-            f"eval.compile_graph: {graph!r} is not allowed; choose one of {list(COMPILE_GRAPHS)}"
-        )
-    if graph != "layer" and not ev.get("compile"):
-        raise EvaluationError(
-            f"eval.compile_graph: {graph!r} is a kind of compiled graph, and eval.compile is "
-            f"{ev.get('compile')!r}; allowed with eval.compile=true (or compile_graph=layer)"
-        )
+def _decode_options(ev: Mapping[str, Any]) -> DecodeOptions:
+    """The evaluation's decode options, checked before anything is written."""
+    try:
+        return DecodeOptions.from_config(ev)
+    except DecodeOptionsError as e:
+        raise EvaluationError(str(e)) from e
 
 
 def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -248,7 +236,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         raise EvaluationError(str(e)) from e
     ev = c["eval"]
     _check_keys(c)
-    _check_compile_graph(ev)
+    _decode_options(ev)
     out_dir = Path(c["output_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = int(c.get("seed", 0))
@@ -349,9 +337,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         },
         "generation": {
             **gen,
-            "cache": ev.get("cache", "static"),
-            "compile": ev.get("compile") or False,
-            "compile_graph": ev.get("compile_graph") or "layer",
+            **_decode_options(ev).as_dict(),
             "baseline": baseline,
             "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
             "repeats": run.repeats,

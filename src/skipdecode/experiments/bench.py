@@ -34,7 +34,7 @@ from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,
-    compile_graph_of,
+    decode_options_of,
     decode_table,
     started_provenance,
     train_table,
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
-    plan_graphs = compile_graph_of(p, args) == "plan"
+    plan_graphs = decode_options_of(p, args).compile_graph == "plan"
 
     dtype = getattr(torch, args.dtype)
     limits = None

@@ -49,7 +49,7 @@ from ..schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,
-    compile_graph_of,
+    decode_options_of,
     load_bench_model,
     speculative_table,
     started_provenance,
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
     for b in args.batch_sizes:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
-    compile_graph = compile_graph_of(p, args)
+    compile_graph = decode_options_of(p, args).compile_graph
     if args.draft_budget is not None and args.draft_budget < 2:
         p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
     budgets = [*args.draft_budgets, *([args.draft_budget] if args.draft_budget else [])]

@@ -10,12 +10,14 @@ from typing import Any
 
 import torch
 
+from ..core.options import DecodeOptions, DecodeOptionsError
 from ..io import write_json_atomic
 from ..provenance import ProvenanceError, provenance, require_recorded_diff
 
 __all__ = [
     "add_run_options", "cell_text", "decode_table", "speculative_table", "train_table",
     "started_provenance",
+    "decode_options_of",
     "write_bench",
 ]  # fmt: skip
 
@@ -43,12 +45,13 @@ def add_plan_graphs_option(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--plan-graphs", action="store_true", help=f"with --compile: {what}")
 
 
-def compile_graph_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    """The kind of compiled graph the options ask for (``"plan"`` with ``--plan-graphs``, else
-    ``"layer"``); ``--plan-graphs`` without ``--compile`` is refused."""
-    if args.plan_graphs and not args.compile:
-        p.error("--plan-graphs: the plan graphs are compiled; allowed only with --compile")
-    return "plan" if args.plan_graphs else "layer"
+def decode_options_of(p: argparse.ArgumentParser, args: argparse.Namespace) -> DecodeOptions:
+    """The decode options ``--compile`` and ``--plan-graphs`` ask for; a contradiction (plan
+    graphs without compiling) is refused as the options name it."""
+    try:
+        return DecodeOptions.from_args(args)
+    except DecodeOptionsError as e:
+        p.error(str(e))
 
 
 def load_bench_model(model_dir: Path | None, dtype: str, device: str) -> tuple[Any, Any, Path]:

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.options import DEFAULTS
+
 __all__ = [
     "IDENTITY_KEYS",
     "IDENTITY_FILE",
@@ -74,7 +76,7 @@ def without_sizes(ident: Mapping[str, Any]) -> dict[str, Any]:
 #: at these values they are left out of the hash, so a published evaluation keeps its id (any
 #: other value is a new evaluation).
 _LATER_EVAL_DEFAULTS: dict[str, Any] = {
-    "compile": False, "compile_graph": "layer", "metrics.e2e": False
+    "compile": DEFAULTS.compile, "compile_graph": DEFAULTS.compile_graph, "metrics.e2e": False
 }  # fmt: skip
 
 
@@ -109,6 +111,9 @@ def eval_identity(ev: Mapping[str, Any], schedule: Mapping[str, Any] | None = No
     With the evaluated ``schedule`` config given, the calibration settings count only for a
     schedule that :func:`calibrates`."""
     ev = dict(ev)
+    for key, value in DEFAULTS.as_dict().items():  # a null decode option is its default
+        if key in ev and ev[key] is None:
+            ev[key] = value
     if schedule is not None and not calibrates(schedule) and "calibration" in ev:
         ev["calibration"] = dict(_PUBLISHED_CALIBRATION)
     return _config_hash({"eval": _without_later_defaults(ev, "")}, 8)
