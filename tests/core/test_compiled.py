@@ -19,7 +19,6 @@ from torch._dynamo.utils import counters
 
 from skipdecode.core.compiled import CompiledLayers, bucketed_capacity
 from skipdecode.core.engine import SkipDecoder
-from skipdecode.core.options import DecodeOptions
 from skipdecode.core.matmul_forms import (
     SMALL_ROWS,
     MatmulForms,
@@ -27,6 +26,7 @@ from skipdecode.core.matmul_forms import (
     candidate_forms,
     time_forms,
 )
+from skipdecode.core.options import DecodeOptions
 from skipdecode.core.subset_head import frequency_ranked_vocab
 from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
 
