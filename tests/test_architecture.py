@@ -32,6 +32,19 @@ LONG_MODULES = {
     "data/synthetic.py": "the synthetic task's grammar tables",
 }
 MAX_LINES = 400
+#: No function or method longer than this many lines (signature and docstring included).
+MAX_FUNCTION_LINES = 80
+#: Functions still past it, to be split (this list only shrinks; a new long function fails).
+LONG_FUNCTIONS = {
+    "core/speculative.py": {"speculative_generate", "_round"},
+    "evaluation/evaluate.py": {"_evaluate"},
+    "evaluation/generation.py": {"generate_all"},
+    "evaluation/metrics/bertscore.py": {"bertscore"},
+    "evaluation/metrics/bootstrap.py": {"paired_bootstrap"},
+    "experiments/bench.py": {"bench_decode"},
+    "experiments/bench_speculative.py": {"bench_speculative", "main"},
+    "training/train.py": {"_train"},
+}
 
 
 def _module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -217,6 +230,27 @@ def test_module_has_docstring_and_fits(path):
         assert lines <= MAX_LINES, f"{rel} has {lines} lines (> {MAX_LINES}); split it or state why"
 
 
+def long_functions(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """``{module path: {function names}}`` of every function over :data:`MAX_FUNCTION_LINES`."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                    found.setdefault(str(path.relative_to(root)), set()).add(node.name)
+    return found
+
+
+def test_no_function_grows_past_its_budget():
+    found = long_functions()
+    new = {m: names - LONG_FUNCTIONS.get(m, set()) for m, names in found.items()}
+    new = {m: sorted(n) for m, n in new.items() if n}
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines (split them): {new}"
+    fixed = {m: sorted(n - found.get(m, set())) for m, n in LONG_FUNCTIONS.items()}
+    fixed = {m: n for m, n in fixed.items() if n}
+    assert not fixed, f"now within {MAX_FUNCTION_LINES} lines: remove from LONG_FUNCTIONS {fixed}"
+
+
 def test_architecture_checks_see_planted_violations(tmp_path):
     """A small package with a cycle, an upward import and a private import is caught."""
     root = tmp_path / "skipdecode"
@@ -240,3 +274,5 @@ def test_architecture_checks_see_planted_violations(tmp_path):
     assert private_imports(root) == ["experiments/b.py:2 imports skipdecode.core.a._hidden"]
     (root / "core" / "c.py").write_text("def f():\n    from studies.spec_bench import x\n")
     assert studies_imports(root) == ["core/c.py:2 imports studies.spec_bench"]
+    (root / "core" / "d.py").write_text("def long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert long_functions(root) == {"core/d.py": {"long"}}
