@@ -174,13 +174,20 @@ bench-speculative: $(STAMP) smollm2 ## Lossless mode on every SmolLM2 chat promp
 	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
 		--draft-budgets 6 10 16 --repeats 3 --name speculative-smollm2 $(ARGS)
 
-bench-gpu: $(STAMP) smollm2 ## GPU decode benchmark in bf16 (compiled path and peer, 10 repeats): smollm2-135m shape and the lossless mode, batch 1/8/32
-	$(OFFLINE) $(PY) -m skipdecode.bench --shapes smollm2-135m --batch-sizes 1 8 32 --prompt-len 32 \
-		--new-tokens 64 --repeats 10 --compile --dtype bfloat16 --device cuda --out results/bench \
-		--name decode-gpu-bf16-compiled
-	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
-		--draft-budgets 6 10 16 --repeats 3 --dtype bfloat16 --device cuda \
-		--name speculative-smollm2-gpu-bf16 $(ARGS)
+# The GPU benchmark, one command within 8 minutes on one H100 or H200, compile included: random
+# weights in each shape (nothing to carry to the GPU machine), bf16, 32-token prompts and 32 new
+# tokens, 10 timed repeats after two warm-ups. SIZES=smollm2 (default) or paper (the opt-1.3b and
+# opt-6.7b shapes); the dry run of the same command on this CPU: make bench-gpu GPU_DEVICE=cpu SIZES=tiny
+SIZES ?= smollm2
+GPU_DEVICE ?= cuda
+GPU_SHAPES = $(if $(filter paper,$(SIZES)),opt-1.3b opt-6.7b,$(if $(filter tiny,$(SIZES)),tiny,smollm2-135m))
+GPU_DTYPE = $(if $(filter cuda,$(GPU_DEVICE)),bfloat16,float32)
+GPU_OUT = $(if $(filter cuda,$(GPU_DEVICE)),results/bench,outputs/bench)
+
+bench-gpu: $(STAMP) ## Decode on the CUDA-graph path beside compiled generate (bf16, random weights, batch 1/8/32, 10 repeats, both floors; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-SIZES
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 8 32 --prompt-len 32 \
+		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs \
+		--dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \

@@ -369,3 +369,23 @@ def test_decode_bench_refuses_plan_graphs_without_compile(tmp_path, capsys):
         in (capsys.readouterr().err)
     )
     assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_timed(tmp_path):
+    """``--cuda-graphs`` (the dry run of make bench-gpu on a CPU): the ``-graphs`` variants
+    beside the compiled ones, warmed up twice, and the cell reports the graphs compiled while
+    timed (none) and the CUDA-graph skips (a CPU has no graphs: counted, not hidden)."""
+    main(
+        ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "4",
+         "--repeats", "1", "--speedups", "2", "--cuda-graphs", "--no-floor",
+         "--no-transformers", "--out", str(tmp_path), "--name", "graphs"]
+    )  # fmt: skip
+    (cell,) = json.loads((tmp_path / "graphs.json").read_text())["cells"]
+    graphs = cell["variants"]["skipdecode-2x-graphs"]
+    assert graphs["compiled"] and graphs["layers_per_token"] == pytest.approx(
+        cell["variants"]["skipdecode-2x"]["layers_per_token"]
+    )
+    assert cell["graphs_compiled_while_timed"] == 0 and cell["cudagraph_skips"] >= 0
+    assert (
+        "| graphs compiled while timed | CUDA-graph skips |" in (tmp_path / "graphs.md").read_text()
+    )

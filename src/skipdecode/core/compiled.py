@@ -36,6 +36,7 @@ path.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -153,10 +154,15 @@ class CompiledLayers:
         from torch._inductor import list_mode_options
 
         options = {**list_mode_options(mode), "post_grad_custom_post_pass": SmallBatchMatmul(forms)}
-        self._layer = torch.compile(_layer_step, dynamic=False, options=options)
-        self._plan = torch.compile(_plan_step, dynamic=False, options=options)
-        self._head = torch.compile(adapter.head, dynamic=False, options=options)
-        self._subset_head = torch.compile(_subset_logits, dynamic=False, options=options)
+        # fullgraph: a graph break would split a step into pieces (and a CUDA graph into none)
+        self.fullgraph = True
+        self.compile_fn = functools.partial(
+            torch.compile, dynamic=False, fullgraph=self.fullgraph, options=options
+        )
+        self._layer = self.compile_fn(_layer_step)
+        self._plan = self.compile_fn(_plan_step)
+        self._head = self.compile_fn(adapter.head)
+        self._subset_head = self.compile_fn(_subset_logits)
         self._modules = list(adapter.layers)
         self._kinds = [adapter.layer_kind(i) for i in range(adapter.num_layers)]
         self._seen: set[tuple] = set()

@@ -6,6 +6,7 @@ tokenizers are transformers'. The model's config is never touched: the plan is p
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from .compiled import CompiledLayers
 from .loop import DecodeRequest, plan_generate
 from .masks import active_prefixes, causal_attention_mask, position_ids_from_mask
 from .options import DecodeOptions
+from .pool import CachePool
 from .prompts import lengths_with_eos, prepare_inputs, special_ids
 from .rounds import PaceBook
 from .sampling import SamplingConfig
@@ -27,6 +29,8 @@ from .stats import GenerationOutput, GenerationStats
 from .step import LayerPlan, Speculation
 
 __all__ = ["SkipDecoder", "GenerationOutput", "GenerationStats"]
+
+log = logging.getLogger(__name__)
 
 
 class SkipDecoder:
@@ -60,10 +64,22 @@ class SkipDecoder:
         # compile=True (or a torch.compile mode): decode passes run compiled (core.compiled), a
         # graph per layer kind or per layer set (compile_graph="plan"); prefill runs eager.
         self.compiled: CompiledLayers | None = None
-        if self.options.compile_mode is not None:
-            self.compiled = CompiledLayers(
-                self.adapter, self.options.compile_mode, graph=self.options.compile_graph
-            )
+        mode = self.options.compile_mode
+        # CUDA graphs: the caches come from a pool at fixed addresses (core.pool), kept across
+        # calls; off a GPU there is no graph to replay, so the passes compile without one
+        self.pool: CachePool | None = None
+        if self.options.cuda_graphs:
+            kv_heads, head_dim = self.adapter.kv_shape
+            self.pool = CachePool(self.num_layers, kv_heads, head_dim, self.dtype, self.device)
+            if self.device.type != "cuda":
+                log.warning(
+                    "compile=%r replays CUDA graphs, which need a CUDA device; on %s the decode "
+                    "passes compile without them (mode 'default'), on the same cache pool",
+                    mode, self.device.type,
+                )  # fmt: skip
+                mode = "default"
+        if mode is not None:
+            self.compiled = CompiledLayers(self.adapter, mode, graph=self.options.compile_graph)
         self.paces = PaceBook()  # the lossless mode's auto_off verdicts, kept across calls
 
     @property
@@ -268,6 +284,8 @@ class SkipDecoder:
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         """An empty KV cache for ``batch`` rows and ``capacity`` positions (the decoder's kind)."""
         device = self.device
+        if self.pool is not None:  # the same buffers every call (CUDA graphs replay them)
+            return self.pool.cache(batch, capacity)
         if self.cache_kind == "dynamic":
             return DynamicKVCache(self.num_layers)
         kv_heads, head_dim = self.adapter.kv_shape

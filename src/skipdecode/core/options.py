@@ -21,11 +21,14 @@ __all__ = [
     "CACHE_KINDS",
     "CLI_NAMES",
     "CONFIG_NAMES",
+    "CUDA_GRAPH_MODE",
     "DEFAULTS",
     "DecodeOptions",
     "DecodeOptionsError",
 ]
 
+#: The torch.compile mode whose graphs are captured and replayed as CUDA graphs.
+CUDA_GRAPH_MODE = "reduce-overhead"
 #: The KV cache a decoder allocates: preallocated to the decode's capacity, or grown per pass.
 CACHE_KINDS = ("static", "dynamic")
 
@@ -82,6 +85,12 @@ class DecodeOptions:
                 f"{compile_}: {self.compile!r} needs {cache}='static' (the compiled step writes "
                 f"the preallocated cache in place), not {self.cache!r}"
             )
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the decode passes replay CUDA graphs (torch.compile's ``reduce-overhead``):
+        the decoder then keeps its caches in a pool at fixed addresses (core.pool)."""
+        return self.compile == CUDA_GRAPH_MODE
 
     @property
     def compile_mode(self) -> str | None:

@@ -29,6 +29,7 @@ from torch import nn
 from ..core.costs import step_cost_split, transformers_generate_seconds
 from ..core.engine import SkipDecoder
 from ..core.floor import DeviceLimits, measure_device, step_floor_seconds
+from ..core.options import CUDA_GRAPH_MODE
 from ..progress import progress
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_tables import (
@@ -46,7 +47,7 @@ from .shapes import SHAPES, build_random_model, device_name, random_prompts
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
 
 
-COMPILED_SUFFIXES = ("-compiled", "-compiled-plan")
+COMPILED_SUFFIXES = ("-compiled", "-compiled-plan", "-graphs")
 SPEEDUPS = (2, 3, 4, 5)
 
 
@@ -72,6 +73,7 @@ def bench_decode(
     compile: bool = False,
     limits: DeviceLimits | None = None,
     plan_graphs: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median (and quartiles) of
     ``repeats``. ``compile`` adds transformers' compiled ``generate`` (static cache) and the
@@ -79,7 +81,11 @@ def bench_decode(
     warm-up call and reported apart, never in the decode times. ``plan_graphs`` (with
     ``compile``) adds the full schedule on the compiled path with one graph for all its layers
     (``-compiled-plan``; skip schedules would compile a graph per layer set). ``limits``: the
-    device's measured bandwidth and peak, for each variant's floor."""
+    device's measured bandwidth and peak, for each variant's floor. ``cuda_graphs`` adds the
+    CUDA-graph path (``-graphs``: ``compile="reduce-overhead"``, caches in a pool at fixed
+    addresses) for the full and every schedule, warms every variant up twice (a CUDA graph
+    records on its second call) and reports the CUDA-graph skips and the graphs compiled while
+    timed (both must be 0)."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
     decoders = {"": SkipDecoder(model)}
@@ -87,6 +93,8 @@ def bench_decode(
         decoders["-compiled"] = SkipDecoder(model, compile=True)
     if compile and plan_graphs:
         decoders["-compiled-plan"] = SkipDecoder(model, compile=True, compile_graph="plan")
+    if cuda_graphs:
+        decoders["-graphs"] = SkipDecoder(model, compile=CUDA_GRAPH_MODE)
     dec = decoders[""]
     L = dec.num_layers
     ids, mask = random_prompts(batch_size, prompt_len, model.config.vocab_size, dev)
@@ -127,11 +135,11 @@ def bench_decode(
             if suffix != "-compiled-plan" or name == "skipdecode-full":
                 variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
 
+    skips = _cudagraph_skips()
     warm = {name: fn() for name, fn in variants.items()}  # warm-up: compiles
-    samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            samples[name].append(fn())
+    if cuda_graphs:  # a CUDA graph records on the second call: not in the timed ones
+        warm = {name: _with_compile(warm[name], fn()) for name, fn in variants.items()}
+    samples, compiled_while_timed = _timed(variants, repeats)
 
     rows: dict[str, dict[str, Any]] = {}
     for name, runs in samples.items():
@@ -178,6 +186,8 @@ def bench_decode(
     other = min(split["non_layer_s"], full)
     return {
         "shape": shape,
+        "cudagraph_skips": _cudagraph_skips() - skips,
+        "graphs_compiled_while_timed": compiled_while_timed,
         "num_layers": L,
         "batch_size": batch_size,
         "prompt_len": prompt_len,
@@ -207,6 +217,37 @@ def bench_decode(
         "matmul_forms": None if not compile else decoders["-compiled"].compiled.forms.table(),
         "plan_graphs": compile and plan_graphs,
     }
+
+
+def _cudagraph_skips() -> int:
+    """How often inductor has declined to use CUDA graphs in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(sum(counters["inductor"][k] for k in counters["inductor"] if "cudagraph_skip" in k))
+
+
+def _with_compile(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """A second warm-up call, keeping the first's compile time and wall time."""
+    out = dict(second)
+    for key in ("compile_s", "wall_s"):
+        if key in first:
+            out[key] = first[key] + second.get(key, 0.0)
+    return out
+
+
+def _timed(
+    variants: dict[str, Callable[[], dict[str, float]]], repeats: int
+) -> tuple[dict[str, list[dict[str, float]]], int]:
+    """Every variant ``repeats`` times, interleaved; and the graphs dynamo compiled meanwhile
+    (none should be: the warm-up compiled them)."""
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            samples[name].append(fn())
+    return samples, int(counters["stats"]["unique_graphs"] - graphs)
 
 
 def _derive_speedups(
@@ -290,6 +331,13 @@ def main(argv: list[str] | None = None) -> None:
         "(skipdecode-full-compiled-plan)",
     )
     p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="add the CUDA-graph path (compile mode reduce-overhead, caches pooled at fixed "
+        "addresses) for the full and every schedule; off a GPU it compiles without graphs and "
+        "says so",
+    )
+    p.add_argument(
         "--no-floor", action="store_true", help="skip measuring the device's bandwidth and peak"
     )
     add_run_options(p, name=None)
@@ -326,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
                     compile=args.compile,
                     limits=limits,
                     plan_graphs=plan_graphs,
+                    cuda_graphs=args.cuda_graphs,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)

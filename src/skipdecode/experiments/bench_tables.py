@@ -140,8 +140,9 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
         "",
         "| shape | batch | full step ms | outside layers ms | LM head ms | outside layers % | "
         "overhead (excl. head) % | compiled: outside layers / head ms | bandwidth floor (full) ms "
-        "| compute floor (full) ms | bandwidth GB/s | peak TFLOP/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| compute floor (full) ms | bandwidth GB/s | peak TFLOP/s | graphs compiled while timed "
+        "| CUDA-graph skips |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         s = c["cost_split"]
@@ -158,6 +159,8 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
                 for kind in ("bandwidth", "compute")
             )
             + (f"{lim['bandwidth_gb_s']:.1f} | {lim['peak_tflops']:.2f} |" if lim else " |  |")
+            + f" {cell_text(c.get('graphs_compiled_while_timed'), '{}')} |"
+            + f" {cell_text(c.get('cudagraph_skips'), '{}')} |"
         )
     return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"
 

@@ -1,0 +1,179 @@
+"""The CUDA-graph mode's preconditions, checked on a CPU (no graph is replayed here):
+``DecodeOptions(compile="reduce-overhead")`` keeps its caches in a pool at fixed addresses
+marked static, a second decode call compiles nothing and writes the same buffers, every tensor a
+step mutates is one of those static buffers (inductor keeps CUDA graphs only for such steps), a
+step makes no host sync, the graphs compile whole (``fullgraph=True``), and greedy tokens equal
+the eager path's for the full model, a static 2x plan, a linear schedule and the lossless mode
+(rows leaving at EOS, the batch compacted)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from tiny_models import PAD, left_padded_batch, tiny_llama
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from skipdecode.core import compiled as compiled_module
+from skipdecode.core.engine import SkipDecoder
+from skipdecode.core.pool import CachePool
+from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
+
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def decoders():
+    model = tiny_llama(6)
+    return SkipDecoder(model), SkipDecoder(model, compile="reduce-overhead")
+
+
+def _schedules():
+    return {
+        "full": FullSchedule(6),
+        "static 2x": linear_for_speedup(6, target_speedup=2, expected_length=NEW),
+        "linear": LinearSchedule(6, 1, 6, 2, 8),  # warm-up 1, from 6 layers down to 2 over 8
+    }
+
+
+def _addresses(cache) -> list[int]:
+    return [t.data_ptr() for t in (*cache.keys, *cache.values)]
+
+
+def test_capture_off_a_gpu_the_mode_says_so_and_keeps_the_pool(caplog):
+    with caplog.at_level(logging.WARNING, logger="skipdecode.core.engine"):
+        dec = SkipDecoder(tiny_llama(2), compile="reduce-overhead")
+    assert "need a CUDA device; on cpu the decode passes compile without them" in caplog.text
+    assert isinstance(dec.pool, CachePool) and dec.compiled.mode == "default"
+    assert SkipDecoder(tiny_llama(2), compile=True).pool is None
+
+
+def test_capture_greedy_tokens_equal_eager_and_a_second_call_compiles_nothing(decoders):
+    eager, graphs = decoders
+    ids, mask = left_padded_batch([5, 9, 3, 7], seed=3)
+    for name, schedule in _schedules().items():
+        ref = eager.generate(ids, schedule, NEW, mask, eos_token_id=[])
+        out = graphs.generate(ids, schedule, NEW, mask, eos_token_id=[])
+        assert out.stats.compiled and torch.equal(out.generated_ids, ref.generated_ids), name
+    compiled, pool = graphs.compiled, graphs.pool
+    seconds, seen = compiled.compile_seconds, set(compiled._seen)
+    first = _addresses(pool.cache(*pool.shapes[0]))
+    for schedule in _schedules().values():  # every plan again: nothing compiles
+        graphs.generate(ids, schedule, NEW, mask, eos_token_id=[])
+    assert compiled.compile_seconds == seconds and compiled._seen == seen
+    assert len(pool.shapes) == 1 and _addresses(pool.cache(*pool.shapes[0])) == first
+    cache = pool.cache(*pool.shapes[0])
+    assert all(t._dynamo_static_input_type for t in (*cache.keys, *cache.values))
+    assert all(not bool(t.any()) for t in cache.keys)  # taken again: zeroed in place
+
+
+def test_capture_the_lossless_mode_equals_the_full_model_through_compaction(decoders):
+    eager, graphs = decoders
+    ids, mask = left_padded_batch([5, 9, 4, 6], seed=5)
+    ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
+    eos = int(ref.generated_ids[0, 3])  # rows stop early, the batch compacts
+    kw = dict(eos_token_id=[eos], pad_token_id=PAD)
+    full = eager.generate(ids, FullSchedule(6), NEW, mask, **kw)
+    draft = {"name": "target", "target_speedup": 2, "expected_length": NEW}
+    sched = build_schedule({"name": "speculative", "draft": draft, "k": 3}, 6, NEW)
+    rounds = []
+    out = graphs.generate(
+        ids, sched, NEW, mask, on_round=lambda v: rounds.append(len(v.rows)), **kw
+    )
+    assert torch.equal(out.generated_ids, full.generated_ids)
+    assert out.stats.generated_lengths == full.stats.generated_lengths
+    assert min(rounds) < 4  # finished rows left: the rows were copied into the pool's buffers
+    batches = {batch for batch, _ in graphs.pool.shapes}
+    assert 4 in batches and min(batches) < 4
+
+
+class _Recorder(TorchDispatchMode):
+    """Every tensor an op writes in place (by address), and every host sync."""
+
+    def __init__(self):
+        super().__init__()
+        self.mutated: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        schema = func._schema
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                if isinstance(value, torch.Tensor):
+                    self.mutated.add(value.untyped_storage().data_ptr())
+        return func(*args, **kwargs)
+
+
+def test_capture_a_step_mutates_only_static_cache_buffers_and_never_syncs(decoders, monkeypatch):
+    """Run the decode passes' layer step eagerly (what the graph records) and watch it: every
+    tensor it writes is a pooled buffer marked static, and no ``item``/``bool``/``int``/``tolist``/
+    ``nonzero`` reads a device value inside a step (the loop's own EOS check is outside)."""
+    _, graphs = decoders
+    ids, mask = left_padded_batch([5, 9, 3, 7], seed=3)
+    recorder, syncs, inside = _Recorder(), [], []
+    eager_step = compiled_module._layer_step
+
+    def watched(*args):
+        with recorder:
+            return eager_step(*args)
+
+    monkeypatch.setattr(graphs.compiled, "_layer", watched)
+    monkeypatch.setattr(graphs.compiled, "_head", graphs.adapter.head)
+    monkeypatch.setattr(graphs.compiled, "_seen", set())  # every layer through the watched step
+    for name in ("item", "__bool__", "__int__", "tolist", "nonzero"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _original=original, _name=name, **k):
+            if inside:
+                syncs.append(_name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    schedule = linear_for_speedup(6, target_speedup=2, expected_length=NEW)
+    start = schedule.start
+
+    def start_watched(batch):
+        runner = start(batch)
+        decode = runner.decode
+
+        def one_step(step):
+            inside.append(step.index)
+            try:
+                return decode(step)
+            finally:
+                inside.pop()
+
+        runner.decode = one_step
+        return runner
+
+    monkeypatch.setattr(schedule, "start", start_watched)
+    out = graphs.generate(ids, schedule, NEW, mask, eos_token_id=[])
+    assert out.stats.decode_steps == NEW - 1
+    static = {
+        t.untyped_storage().data_ptr()
+        for shape in graphs.pool.shapes
+        for bufs in graphs.pool.buffers(*shape)
+        for t in bufs
+    }
+    assert recorder.mutated and recorder.mutated <= static
+    assert syncs == []
+
+
+def test_capture_every_graph_compiles_whole():
+    """The compiled step, plan and head are built with ``fullgraph=True``: both graph kinds
+    decode, and a step with a graph break is refused instead of split into pieces (and its CUDA
+    graph into none)."""
+    ids, mask = left_padded_batch([5, 3], seed=1)
+    for graph in ("layer", "plan"):
+        dec = SkipDecoder(tiny_llama(2), compile=True, compile_graph=graph)
+        out = dec.generate(ids, FullSchedule(2), 4, mask, eos_token_id=[])
+        assert out.stats.compiled and dec.compiled.fullgraph
+
+    def broken(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    with pytest.raises(Exception, match="graph_break|Unsupported|graph break"):
+        dec.compiled.compile_fn(broken)(torch.ones(2))
