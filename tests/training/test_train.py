@@ -155,3 +155,7 @@ def test_a_target_schedule_is_fitted_to_the_validation_lengths_when_asked(tmp_pa
     assert objects["schedule"] == fitted.describe()
     info = json.loads((tmp_path / "run_info.json").read_text())
     assert info["planned_speedup"] == pytest.approx(fitted.theoretical_speedup(lengths))
+    # the memory plan made before the weights were built: the model's own parameter count
+    plan = info["memory_plan"]
+    assert plan["params"] == info["num_parameters"] and plan["strategy"] == "single"
+    assert plan["total"] > plan["weights"] > 0 and plan["checked"].startswith("not checked")

@@ -30,6 +30,7 @@ from ..core.costs import step_cost_split, transformers_generate_seconds
 from ..core.engine import SkipDecoder
 from ..core.floor import DeviceLimits, measure_device, step_floor_seconds
 from ..core.options import CUDA_GRAPH_MODE
+from ..models.shapes import SHAPES, build_random_model, device_name, random_prompts
 from ..progress import progress
 from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_tables import (
@@ -41,22 +42,14 @@ from .bench_tables import (
     train_table,
     write_bench,
 )
+from .bench_timing import cudagraph_skips, quartiles, timed, with_compile
 from .bench_training import bench_train
-from .shapes import SHAPES, build_random_model, device_name, random_prompts
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
 
 
 COMPILED_SUFFIXES = ("-compiled", "-compiled-plan", "-graphs")
 SPEEDUPS = (2, 3, 4, 5)
-
-
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    """(median, first quartile, third quartile)."""
-    if len(values) < 2:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q2, q1, q3
 
 
 def bench_decode(
@@ -135,11 +128,11 @@ def bench_decode(
             if suffix != "-compiled-plan" or name == "skipdecode-full":
                 variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
 
-    skips = _cudagraph_skips()
+    skips = cudagraph_skips()
     warm = {name: fn() for name, fn in variants.items()}  # warm-up: compiles
     if cuda_graphs:  # a CUDA graph records on the second call: not in the timed ones
-        warm = {name: _with_compile(warm[name], fn()) for name, fn in variants.items()}
-    samples, compiled_while_timed = _timed(variants, repeats)
+        warm = {name: with_compile(warm[name], fn()) for name, fn in variants.items()}
+    samples, compiled_while_timed = timed(variants, repeats)
 
     rows: dict[str, dict[str, Any]] = {}
     for name, runs in samples.items():
@@ -147,7 +140,7 @@ def bench_decode(
         per_step = [1000 * r["decode_s"] / max(steps, 1) for r in runs]
         decode = statistics.median(r["decode_s"] for r in runs)
         prefill = statistics.median(r["prefill_s"] for r in runs)
-        med, q1, q3 = _quartiles(per_step)
+        med, q1, q3 = quartiles(per_step)
         rows[name] = {
             "prefill_ms": 1000 * prefill,
             "decode_ms_per_step": med,
@@ -186,7 +179,7 @@ def bench_decode(
     other = min(split["non_layer_s"], full)
     return {
         "shape": shape,
-        "cudagraph_skips": _cudagraph_skips() - skips,
+        "cudagraph_skips": cudagraph_skips() - skips,
         "graphs_compiled_while_timed": compiled_while_timed,
         "num_layers": L,
         "batch_size": batch_size,
@@ -217,37 +210,6 @@ def bench_decode(
         "matmul_forms": None if not compile else decoders["-compiled"].compiled.forms.table(),
         "plan_graphs": compile and plan_graphs,
     }
-
-
-def _cudagraph_skips() -> int:
-    """How often inductor has declined to use CUDA graphs in this process."""
-    from torch._dynamo.utils import counters
-
-    return int(sum(counters["inductor"][k] for k in counters["inductor"] if "cudagraph_skip" in k))
-
-
-def _with_compile(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
-    """A second warm-up call, keeping the first's compile time and wall time."""
-    out = dict(second)
-    for key in ("compile_s", "wall_s"):
-        if key in first:
-            out[key] = first[key] + second.get(key, 0.0)
-    return out
-
-
-def _timed(
-    variants: dict[str, Callable[[], dict[str, float]]], repeats: int
-) -> tuple[dict[str, list[dict[str, float]]], int]:
-    """Every variant ``repeats`` times, interleaved; and the graphs dynamo compiled meanwhile
-    (none should be: the warm-up compiled them)."""
-    from torch._dynamo.utils import counters
-
-    graphs = counters["stats"]["unique_graphs"]
-    samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            samples[name].append(fn())
-    return samples, int(counters["stats"]["unique_graphs"] - graphs)
 
 
 def _derive_speedups(
@@ -308,7 +270,8 @@ def flag_batches(cells: list[dict[str, Any]]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's options."""
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -341,6 +304,11 @@ def main(argv: list[str] | None = None) -> None:
         "--no-floor", action="store_true", help="skip measuring the device's bandwidth and peak"
     )
     add_run_options(p, name=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = _parser()
     args = p.parse_args(argv)
     started = started_provenance(p)
     for s in args.shapes:

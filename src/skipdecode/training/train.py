@@ -31,6 +31,7 @@ from .checkpoints import AtomicCheckpointIO, resume_step
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
 from .loggers import ResumableCSVLogger
+from .memory import check_devices, plan_run
 from .module import SkipDecodeLitModule
 
 __all__ = ["train", "main", "build_tokenizer"]
@@ -89,6 +90,28 @@ def train(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         return _train(cfg, output_dir)
 
 
+def _memory_plan(cfg: DictConfig, datamodule: SkipDataModule, tokenizer: Any) -> dict[str, Any]:
+    """The run's memory plan per device (:mod:`.memory`) at its longest training sequence:
+    printed, checked against the visible GPUs (a plan that cannot fit is refused here, before
+    any weight is loaded) and returned for the run's record."""
+    longest = max((len(e) for e in datamodule.train_set or []), default=1)
+    plan = plan_run(
+        _container(cfg.model),
+        _container(cfg.trainer),
+        _container(cfg.optimizer),
+        int(cfg.loader.batch_size),
+        longest,
+        vocab=len(tokenizer),
+    )
+    if plan is None:
+        log.info("memory plan: the model's sizes are not known without its weights; none made")
+        return {"checked": "no plan: the model's sizes are not known without its weights"}
+    log.info(plan.describe())
+    checked = check_devices(plan, str(cfg.trainer.get("accelerator", "auto")))
+    log.info("memory plan: %s", checked)
+    return {**plan.as_dict(), "checked": checked}
+
+
 def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     pl.seed_everything(int(cfg.seed), workers=True)
 
@@ -101,6 +124,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     datamodule = SkipDataModule(
         dataset_cfg, tokenizer, train_examples=train_examples, **_container(cfg.loader)
     ).prepare()
+    memory = _memory_plan(cfg, datamodule, tokenizer)  # before any weight is loaded
 
     module = SkipDecodeLitModule(
         model=model_cfg,
@@ -133,6 +157,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         "num_val_examples": len(datamodule.val_set or []),
         "num_parameters": sum(p.numel() for p in module.model.parameters()),
         "vocab_size": len(tokenizer),
+        "memory_plan": memory,
     }
     log.info(
         "resolved schedule %s (expected length %s, theoretical speedup %.2fx)",

@@ -1,0 +1,48 @@
+"""Timing helpers of the decode benchmark: interleaved repeats, quartiles, and what compiled or
+declined CUDA graphs while a cell ran."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+__all__ = ["cudagraph_skips", "quartiles", "timed", "with_compile"]
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q2, q1, q3
+
+
+def cudagraph_skips() -> int:
+    """How often inductor has declined to use CUDA graphs in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(sum(counters["inductor"][k] for k in counters["inductor"] if "cudagraph_skip" in k))
+
+
+def with_compile(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """A second warm-up call, keeping the first's compile time and wall time."""
+    out = dict(second)
+    for key in ("compile_s", "wall_s"):
+        if key in first:
+            out[key] = first[key] + second.get(key, 0.0)
+    return out
+
+
+def timed(
+    variants: dict[str, Callable[[], dict[str, float]]], repeats: int
+) -> tuple[dict[str, list[dict[str, float]]], int]:
+    """Every variant ``repeats`` times, interleaved; and the graphs dynamo compiled meanwhile
+    (none should be: the warm-up compiled them)."""
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    samples: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            samples[name].append(fn())
+    return samples, int(counters["stats"]["unique_graphs"] - graphs)

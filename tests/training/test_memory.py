@@ -1,0 +1,85 @@
+"""The memory plan: bytes per device by precision, optimizer, strategy, batch and checkpointing;
+the paper's 6.7B cell refused on one 80 GB card with the fixes named and planned under 80 GB
+sharded; SmolLM2's plan within 25% of the peaks its GPU cells measured; a plan for the whole
+grid offline, without weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skipdecode.training.memory import (
+    GIB,
+    MemoryPlanError,
+    ModelSizes,
+    _experiment_plan,
+    main,
+    plan_memory,
+    require_fit,
+    shape_sizes,
+)
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+SIZES = ModelSizes(params=1000, layer_params=100, hidden=8, layers=4, vocab=50)
+
+
+def _plan(**kw):
+    args = dict(model="m", precision="bf16-mixed", optimizer="AdamW", strategy="single",
+                devices=1, batch=2, seq_len=10, checkpointing=False)  # fmt: skip
+    return plan_memory(SIZES, **{**args, **kw})
+
+
+def test_plan_counts_by_hand():
+    p = _plan()
+    # mixed precision: float32 weights (4 B) and gradients (4 B), AdamW's two moments (8 B)
+    assert (p.weights, p.gradients, p.optimizer_states) == (4000, 4000, 8000)
+    # 34 s b h per layer in 16-bit, 4 layers; logits s b V x (2 + 4 + 4)
+    assert p.activations == 4 * 34 * 10 * 2 * 8 + 10 * 2 * 50 * 10
+    assert p.transient == 100 * 2  # one layer's bf16 copy under autocast
+    assert p.total == sum((p.weights, p.gradients, p.optimizer_states, p.activations, 200))
+    # checkpointing keeps each layer's input (2 s b h) and recomputes one layer
+    assert _plan(checkpointing=True).activations == 4 * 2 * 160 + 34 * 160 + 10000
+    # full sharding over 4 devices: states / 4, plus two layers gathered in bf16
+    s = _plan(strategy="fsdp", devices=4)
+    assert (s.weights, s.gradients, s.optimizer_states) == (1000 + 2 * 100 * 2, 1000, 2000)
+    assert _plan(precision="32-true").activations == 4 * 34 * 160 * 2 + 10 * 2 * 50 * 12
+    with pytest.raises(MemoryPlanError, match=r"trainer\.precision='fp8'"):
+        _plan(precision="fp8")
+
+
+def test_the_paper_6_7b_cell_is_refused_on_one_card_and_fits_sharded():
+    _, one = _experiment_plan("paper_opt6.7b_e2e", ["trainer=gpu", "trainer.devices=1"])
+    assert one.strategy == "single" and one.total > 80 * GIB
+    with pytest.raises(MemoryPlanError, match=r"over the 80\.0 GiB of an H100.*trainer=fsdp"):
+        require_fit(one, 80 * GIB, "an H100")
+    _, grid = _experiment_plan("paper_opt6.7b_e2e", [])  # as the grid composes it
+    assert grid.strategy == "fsdp" and grid.devices == 8 and grid.total < 80 * GIB
+    require_fit(grid, 80 * GIB, "an H100")
+
+
+def test_smollm2_plan_is_within_a_quarter_of_its_measured_gpu_peaks():
+    """The GPU E2E cells recorded the peak their process reserved (batch 16, bf16-mixed); the
+    plain SkipDecode and baseline cells (not the lossless mode's two passes, nor CALM's exits
+    through the head at every layer) against the plan at E2E's longest training pair (142)."""
+    peaks = []
+    for cell_file in (RESULTS / "e2e_smollm2_gpu").glob("*/cell.json"):
+        cell = json.loads(cell_file.read_text())
+        if cell.get("gpu_peak_bytes", 0) > GIB and cell["method"] not in ("CALM", "speculative"):
+            peaks.append(cell["gpu_peak_bytes"])
+    assert len(peaks) >= 5
+    plan = plan_memory(
+        shape_sizes("smollm2-135m"), model="smollm2-135m", precision="bf16-mixed",
+        optimizer="AdamW", strategy="single", devices=1, batch=16, seq_len=142,
+        checkpointing=False,
+    )  # fmt: skip
+    for peak in peaks:
+        assert abs(plan.total - peak) <= 0.25 * peak, (plan.total / GIB, peak / GIB)
+
+
+def test_the_grid_plans_offline_without_weights(capsys):
+    assert main(["--grid"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| paper")]
+    assert len(rows) == 6 and all(line.endswith("| yes |") for line in rows)
+    assert any("| paper_opt6.7b_e2e | fsdp | 8 |" in line for line in rows)
