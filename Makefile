@@ -135,10 +135,10 @@ reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 
 
 # The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
 # seeds in one multirun, GPU_JOBS cells at a time on the one GPU: by default as many as the free
-# GPU memory holds at the largest peak a published cell measured (16 GiB where none has one yet;
+# GPU memory holds at the largest peak a published cell measured (the experiment's memory plan where none has one yet;
 # a fixed 10 at once ran an 80 GB H100 out of memory in 20 of 51 cells). A rerun retries only the
 # failed cells.
-GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.gpu_memory --verbose results/e2e_smollm2_gpu outputs/sweep/e2e_smollm2_gpu)
+GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.gpu_memory --verbose --experiment e2e_smollm2_gpu results/e2e_smollm2_gpu outputs/sweep/e2e_smollm2_gpu)
 
 reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every schedule x 3 seeds -> results/e2e_smollm2_gpu
 	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells

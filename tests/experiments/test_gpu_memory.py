@@ -43,3 +43,17 @@ def test_measured_peaks_reads_every_cell_json(tmp_path):
     (tmp_path / "sweep" / "3").mkdir()
     (tmp_path / "sweep" / "3" / "cell.json").write_text("{not json")
     assert sorted(measured_peaks([tmp_path / "sweep", tmp_path / "absent"])) == [4 * GIB, 11 * GIB]
+
+
+def test_without_a_measured_peak_the_experiments_memory_plan_sizes_the_jobs(
+    tmp_path, monkeypatch, capsys
+):
+    from skipdecode.experiments import gpu_memory
+    from skipdecode.training.memory import GIB, experiment_plan
+
+    monkeypatch.setattr(gpu_memory, "_free_bytes", lambda device: 80 * GIB)
+    assert gpu_memory.main([str(tmp_path), "--experiment", "e2e_smollm2_gpu", "--verbose"]) == 0
+    out, err = capsys.readouterr()
+    plan = experiment_plan("e2e_smollm2_gpu", [])[1].total
+    assert int(out) == gpu_memory.choose_jobs(80 * GIB, plan, GIB, 0.9, gpu_memory.os.cpu_count())
+    assert "e2e_smollm2_gpu's plan" in err

@@ -552,3 +552,25 @@ def test_dashboard_report_is_built_offline(capsys):
     assert "ScatterPlot BLEU vs measured decode speedup" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         dashboard_main(["no-slash", "compare", "--dry-run"])
+
+
+@pytest.mark.parametrize(("nodes", "gpus"), [(1, 8), (2, 4)])
+def test_a_sharded_cell_on_slurm_composes_as_documented(nodes, gpus):
+    """docs/PIPELINE.md's SLURM command for the 6.7B cells: one job per cell, its tasks the FSDP
+    processes (nodes x GPUs per node = trainer.num_nodes x trainer.devices)."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = [
+        "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu",
+        f"hydra.launcher.nodes={nodes}", f"hydra.launcher.gpus_per_node={gpus}",
+        f"hydra.launcher.tasks_per_node={gpus}", "experiment=paper_opt6.7b_e2e",
+        f"trainer.num_nodes={nodes}", f"trainer.devices={gpus}", "schedule=skipdecode_2x_32l",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("sweep", overrides=overrides, return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
+    assert launcher.nodes * launcher.tasks_per_node == cfg.trainer.num_nodes * cfg.trainer.devices
+    assert launcher.gpus_per_node == launcher.tasks_per_node == cfg.trainer.devices
+    assert cfg.trainer.strategy._target_.endswith("fsdp_strategy")
+    assert cfg.trainer.precision == "bf16-mixed" and cfg.model.gradient_checkpointing

@@ -14,7 +14,7 @@ from skipdecode.training.memory import (
     GIB,
     MemoryPlanError,
     ModelSizes,
-    _experiment_plan,
+    experiment_plan,
     main,
     plan_memory,
     require_fit,
@@ -50,11 +50,11 @@ def test_plan_counts_by_hand():
 
 
 def test_the_paper_6_7b_cell_is_refused_on_one_card_and_fits_sharded():
-    _, one = _experiment_plan("paper_opt6.7b_e2e", ["trainer=gpu", "trainer.devices=1"])
+    _, one = experiment_plan("paper_opt6.7b_e2e", ["trainer=gpu", "trainer.devices=1"])
     assert one.strategy == "single" and one.total > 80 * GIB
     with pytest.raises(MemoryPlanError, match=r"over the 80\.0 GiB of an H100.*trainer=fsdp"):
         require_fit(one, 80 * GIB, "an H100")
-    _, grid = _experiment_plan("paper_opt6.7b_e2e", [])  # as the grid composes it
+    _, grid = experiment_plan("paper_opt6.7b_e2e", [])  # as the grid composes it
     assert grid.strategy == "fsdp" and grid.devices == 8 and grid.total < 80 * GIB
     require_fit(grid, 80 * GIB, "an H100")
 

@@ -5,8 +5,10 @@ A cell (training, then evaluation) records the peak GPU memory its process reser
 skipdecode.experiments.gpu_memory <results or sweep dirs>`` prints how many cells to run at once:
 the free memory of the device, less a headroom, divided by the largest measured peak plus the
 per-process overhead the allocator does not see (the CUDA context and its kernels). Where no cell
-has a measured peak yet, ``--default-peak-gib`` stands in for it (it should be the worst method:
-CALM scores every layer's exit through the LM head while training).
+has a measured peak yet, the memory plan of ``--experiment`` stands in for it
+(:mod:`skipdecode.training.memory`; it does not model what CALM's exits through the LM head at
+every layer or the lossless mode's second pass add, which measured peaks then cover), else
+``--default-peak-gib``.
 
 Workers of a parallel launcher (joblib/loky) run several cells one after another in the same
 process, so a cell starts from a clean slate (:func:`begin_cell` resets the peak) and hands its
@@ -107,6 +109,11 @@ def _free_bytes(device: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dirs", nargs="*", type=Path, help="results or sweep dirs with cell.json files")
+    p.add_argument(
+        "--experiment",
+        help="where no cell has a measured peak yet: the memory plan of this experiment "
+        "(skipdecode.training.memory, at its configured maximum lengths) stands in for one",
+    )
     p.add_argument("--default-peak-gib", type=float, default=16.0)
     p.add_argument("--overhead-gib", type=float, default=1.0)
     p.add_argument("--headroom", type=float, default=0.9)
@@ -115,13 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verbose", action="store_true", help="explain the choice on stderr")
     args = p.parse_args(argv)
     peaks = measured_peaks(args.dirs)
-    peak = max(peaks) if peaks else int(args.default_peak_gib * GIB)
+    source = f"max of {len(peaks)} measured cells"
+    if peaks:
+        peak = max(peaks)
+    elif args.experiment:
+        from ..training.memory import experiment_plan
+
+        peak, source = experiment_plan(args.experiment, [])[1].total, f"{args.experiment}'s plan"
+    else:
+        peak, source = int(args.default_peak_gib * GIB), "--default-peak-gib"
     free = _free_bytes(args.device)
     n = choose_jobs(free, peak, int(args.overhead_gib * GIB), args.headroom, args.max_jobs)
     if args.verbose:
         import sys
 
-        source = f"max of {len(peaks)} measured cells" if peaks else "--default-peak-gib"
         print(
             f"free {free / GIB:.1f} GiB, peak {peak / GIB:.1f} GiB ({source}) + "
             f"{args.overhead_gib:.1f} GiB per process, headroom {args.headroom}: {n} jobs",

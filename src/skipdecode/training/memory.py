@@ -37,6 +37,7 @@ __all__ = [
     "MemoryPlan",
     "MemoryPlanError",
     "ModelSizes",
+    "experiment_plan",
     "model_sizes",
     "plan_memory",
     "require_fit",
@@ -275,7 +276,7 @@ def check_devices(plan: MemoryPlan, accelerator: str) -> str:
     return f"fits {props.name}: {props.total_memory / GIB:.1f} GiB"
 
 
-def _experiment_plan(experiment: str, overrides: list[str]) -> tuple[dict[str, Any], MemoryPlan]:
+def experiment_plan(experiment: str, overrides: list[str]) -> tuple[dict[str, Any], MemoryPlan]:
     """Compose ``experiment`` (the training config) and plan it at its configured lengths."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
           f"| fits {args.gib:g} GiB |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for name in names:
-        _, plan = _experiment_plan(name, args.override)
+        _, plan = experiment_plan(name, args.override)
         fits = plan.total <= args.gib * GIB
         print(f"| {name} | {plan.strategy} | {plan.devices} | {plan.batch} x {plan.seq_len} | "
               f"{'on' if plan.checkpointing else 'off'} | {plan.total / GIB:.1f} | "
