@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu e2e-suite reach reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu docs reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -150,11 +150,8 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2_gpu
 	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2_gpu
 
-e2e-suite: $(STAMP) ## E2E's own metrics (BLEU, NIST, METEOR, ROUGE-L, CIDEr; needs Java) for the published E2E tables -> results/*/e2e_suite.md
-	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2 results/e2e_smollm2_gpu results/e2e_gemma3
-
-reach: $(STAMP) ## Target vs planned vs reached speedup of every cell of the published E2E tables, and where they part -> results/*/reach.md
-	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2 results/e2e_smollm2_gpu results/e2e_gemma3
+docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE, reach, E2E's own metrics (needs Java), provenance; leaves a clean clone clean
+	$(OFFLINE) $(PY) -m skipdecode.experiments.pages results $(ARGS)
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \

@@ -309,3 +309,19 @@ def test_provenance_keeps_the_diff_of_a_dirty_checkout(tmp_path):
     (repo / "f.py").write_text("x = 2\n")
     info = provenance(repo)["git"]
     assert info["dirty"] and "+x = 2" in info["diff"] and len(info["diff_sha256"]) == 64
+
+
+def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path):
+    """``make docs`` (experiments.pages) on a copy of the Gemma 3 folder: its tables, reach page
+    and the provenance page come out as committed (a clean clone stays clean)."""
+    import shutil
+
+    from skipdecode.experiments.pages import write_pages
+
+    folder = tmp_path / "results" / "e2e_gemma3"
+    shutil.copytree(RESULTS / "e2e_gemma3", folder)
+    done = write_pages(tmp_path / "results", only=("tables", "summaries", "reach"))
+    assert done[0].startswith("e2e_gemma3: tables, summaries: no summarization cells, reach")
+    for name in ("results.md", "results.csv", "cells.md", "samples.md", "matched.md", "reach.md"):
+        assert (folder / name).read_bytes() == (RESULTS / "e2e_gemma3" / name).read_bytes(), name
+    assert "| e2e_gemma3 | 6 | 0 | 1 |" in (tmp_path / "results" / "PROVENANCE.md").read_text()

@@ -1,0 +1,121 @@
+"""``make docs``: every generated results page rewritten from the committed records.
+
+For each published sweep folder under ``results/`` (one with a ``results.md``) the pages the
+pipeline writes are rebuilt from its cells' records and generations, nothing else:
+
+- ``tables``: ``cells``/``results`` (CSV and Markdown), ``samples.md``, ``matched.md``
+  (:mod:`.aggregate`; plots are left as published, since a PNG's bytes depend on the plotting
+  library's version);
+- ``summaries``: SciTLDR's ROUGE conventions and the long-prompt speed (:mod:`.summaries`), for
+  summarization folders;
+- ``reach``: target, planned and reached speedup (:mod:`.reach`; needs the model's tokenizer);
+- ``e2e``: E2E's own metric suite (:mod:`.e2e_table`; needs Java, METEOR takes ~10 s a cell the
+  first time);
+
+(``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
+and the E2E suite scores E2E cells only)
+
+then ``results/PROVENANCE.md`` (:mod:`.audit`). A part that cannot run here (no Java, no
+tokenizer) is skipped and said, never half-written. On a clean clone the committed pages are
+what this writes, so it leaves git clean; prose around the tables lives in ``docs/`` and cites
+these pages.
+
+    python -m skipdecode.experiments.pages results [--only tables summaries]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..io import write_text_atomic
+from .aggregate import aggregate
+from .audit import AUDIT_PAGE, audit_page
+from .summaries import write_summaries
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PARTS", "published_folders", "write_pages"]
+
+
+def _tables(folder: Path) -> str:
+    aggregate(folder, plots=False)
+    return "tables"
+
+
+def _summaries(folder: Path) -> str:
+    return "summaries" if write_summaries(folder) else "summaries: no summarization cells"
+
+
+def _reach(folder: Path) -> str:
+    from ..models.loading import ModelConfigError
+    from .reach import write_reach
+
+    if not (folder / "reach.md").is_file():
+        return "reach: not published for this folder"
+    try:
+        write_reach(folder)
+    except (ModelConfigError, OSError, ValueError) as e:
+        return f"reach skipped ({e})"
+    return "reach"
+
+
+def _e2e(folder: Path) -> str:
+    from ..evaluation.metrics.e2e import require_java
+    from .e2e_table import write_e2e_suite
+
+    if not (folder / "e2e_suite.md").is_file():
+        return "e2e suite: not published for this folder"
+    try:
+        require_java("make docs")
+    except ValueError as e:
+        return f"e2e suite skipped ({e})"
+    write_e2e_suite(folder)
+    return "e2e suite"
+
+
+#: The parts of a folder's pages, in the order they are written.
+PARTS: dict[str, Callable[[Path], str]] = {
+    "tables": _tables,
+    "summaries": _summaries,
+    "reach": _reach,
+    "e2e": _e2e,
+}
+
+
+def published_folders(results: Path) -> list[Path]:
+    """The published sweep folders under ``results`` (each holds a ``results.md``)."""
+    return sorted(p for p in results.iterdir() if (p / "results.md").is_file())
+
+
+def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
+    """Rewrite the pages of every published folder (``only`` these parts), then the provenance
+    page; returns what was done, one line per folder."""
+    done = []
+    for folder in published_folders(results):
+        parts = [PARTS[name](folder) for name in only]
+        done.append(f"{folder.name}: {', '.join(parts)}")
+    write_text_atomic(results / AUDIT_PAGE, audit_page(results))
+    done.append(f"{AUDIT_PAGE}: provenance of every record")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("results", type=Path, help="the results folder (results/)")
+    p.add_argument("--only", nargs="+", choices=list(PARTS), default=list(PARTS))
+    args = p.parse_args(argv)
+    if not args.results.is_dir():
+        p.error(f"results: {str(args.results)!r} is not a directory")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for line in write_pages(args.results, args.only):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
