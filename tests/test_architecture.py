@@ -40,7 +40,6 @@ LONG_FUNCTIONS = {
     "evaluation/evaluate.py": {"_evaluate"},
     "evaluation/generation.py": {"generate_all"},
     "evaluation/metrics/bertscore.py": {"bertscore"},
-    "evaluation/metrics/bootstrap.py": {"paired_bootstrap"},
     "experiments/bench.py": {"bench_decode"},
     "experiments/bench_speculative.py": {"bench_speculative", "main"},
     "training/train.py": {"_train"},

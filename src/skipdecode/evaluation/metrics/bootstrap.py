@@ -94,23 +94,7 @@ def paired_bootstrap(
     weights /= weights.sum(1, keepdims=True)
     out: dict[str, Any] = {}
     if "bleu" in metrics:
-        settings = dict(bleu_settings or {})
-        observed, per_seed = 0.0, np.zeros((resamples, S))
-        for s, pair in enumerate(pairs):
-            metric, sys_stats = bleu_statistics(pair.system, refs, settings)
-            _, base_stats = bleu_statistics(pair.baseline, refs, settings)
-            observed += (
-                metric._compute_score_from_stats(sys_stats.sum(0).tolist()).score
-                - metric._compute_score_from_stats(base_stats.sum(0).tolist()).score
-            )
-            sys_draws = sys_stats[idx].sum(1)  # (resamples, n_stats)
-            base_draws = base_stats[idx].sum(1)
-            per_seed[:, s] = [
-                metric._compute_score_from_stats(a.tolist()).score
-                - metric._compute_score_from_stats(b.tolist()).score
-                for a, b in zip(sys_draws, base_draws, strict=True)
-            ]
-        out["bleu"] = percentile_interval(observed / S, (per_seed * weights).sum(1))
+        out["bleu"] = _bleu_interval(pairs, refs, dict(bleu_settings or {}), idx, weights)
     for name in metrics:
         if name == "bleu":
             continue
@@ -139,3 +123,31 @@ def paired_bootstrap(
         "bleu": "corpus BLEU recomputed from resampled sufficient statistics (sacrebleu)",
     }
     return out
+
+
+def _bleu_interval(
+    pairs: Sequence[SystemPair],
+    refs: Sequence[Sequence[str]],
+    settings: dict[str, Any],
+    idx: np.ndarray,
+    weights: np.ndarray,
+) -> dict[str, float]:
+    """Corpus BLEU's difference and its interval: each draw recomputes both systems' corpus BLEU
+    from the drawn inputs' sufficient statistics, per seed, weighted by the drawn seeds."""
+    S = len(pairs)
+    observed, per_seed = 0.0, np.zeros((idx.shape[0], S))
+    for s, pair in enumerate(pairs):
+        metric, sys_stats = bleu_statistics(pair.system, refs, settings)
+        _, base_stats = bleu_statistics(pair.baseline, refs, settings)
+        observed += (
+            metric._compute_score_from_stats(sys_stats.sum(0).tolist()).score
+            - metric._compute_score_from_stats(base_stats.sum(0).tolist()).score
+        )
+        sys_draws = sys_stats[idx].sum(1)  # (resamples, n_stats)
+        base_draws = base_stats[idx].sum(1)
+        per_seed[:, s] = [
+            metric._compute_score_from_stats(a.tolist()).score
+            - metric._compute_score_from_stats(b.tolist()).score
+            for a, b in zip(sys_draws, base_draws, strict=True)
+        ]
+    return percentile_interval(observed / S, (per_seed * weights).sum(1))
