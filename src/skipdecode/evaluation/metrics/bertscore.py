@@ -82,13 +82,74 @@ def bertscore(
     ``idf=True`` computes idf weights from the (flattened) references, like ``bert_score.score``.
     ``setting_prefix`` names the config node in error messages.
     """
-    import importlib.metadata as md
-
-    import torch
-    import transformers
 
     p = setting_prefix
     hyps, refs = normalize_references(hypotheses, references, where="bertscore")
+    device, model_type, num_layers = _checked_settings(
+        p, batch_size, device, model_type, num_layers, rescale_with_baseline, lang, baseline_path
+    )
+
+    t0 = time.perf_counter()
+    try:
+        scorer, fixes, was_cached = _get_scorer(
+            model_type, num_layers, device, lang, rescale_with_baseline, baseline_path
+        )
+    except OSError as e:
+        raise MetricSettingError(
+            f"{p}.model_type={model_type!r} could not be loaded offline ({e}); point it at a "
+            f"local model directory, e.g. {minilm_hint(p)}"
+        ) from e
+    load_s = time.perf_counter() - t0
+
+    scorer._idf = bool(idf)
+    scorer._idf_dict = None
+    if idf:
+        scorer.compute_idf([r for group in refs for r in group])
+    t1 = time.perf_counter()
+    P, R, F = scorer.score(hyps, refs, batch_size=batch_size, verbose=progress_enabled())
+    score_s = time.perf_counter() - t1
+    out: dict[str, Any] = {
+        "precision": float(P.mean()),
+        "recall": float(R.mean()),
+        "f1": float(F.mean()),
+        "n": len(hyps),
+        "scale": "0-1" if not rescale_with_baseline else "rescaled",
+        "settings": _settings_record(
+            model_type,
+            num_layers,
+            idf,
+            rescale_with_baseline,
+            baseline_path,
+            lang,
+            batch_size,
+            device,
+            scorer.hash,
+            fixes,
+            refs,
+        ),  # fmt: skip
+        "timing_s": {"load": load_s, "score": score_s, "scorer_cached": was_cached},
+    }
+    if per_example:
+        out["per_example"] = {"precision": P.tolist(), "recall": R.tolist(), "f1": F.tolist()}
+    for k in ("precision", "recall", "f1"):
+        if math.isnan(out[k]):
+            out.setdefault("warnings", []).append(f"{k} is NaN (empty hypotheses/references?)")
+    return out
+
+
+def _checked_settings(
+    p: str,
+    batch_size: Any,
+    device: str | None,
+    model_type: str,
+    num_layers: int | None,
+    rescale_with_baseline: bool,
+    lang: str | None,
+    baseline_path: str | None,
+) -> tuple[str, str, int | None]:
+    """``(device, model_type, num_layers)`` after every setting is checked (named by ``p``)."""
+    import torch
+
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise MetricSettingError(f"{p}.batch_size={batch_size!r} is invalid; allowed: int >= 1")
     if device is None:
@@ -116,54 +177,42 @@ def bertscore(
                 "or give baseline_path."
             )
 
-    t0 = time.perf_counter()
-    try:
-        scorer, fixes, was_cached = _get_scorer(
-            model_type, num_layers, device, lang, rescale_with_baseline, baseline_path
-        )
-    except OSError as e:
-        raise MetricSettingError(
-            f"{p}.model_type={model_type!r} could not be loaded offline ({e}); point it at a "
-            f"local model directory, e.g. {minilm_hint(p)}"
-        ) from e
-    load_s = time.perf_counter() - t0
+    return device, model_type, num_layers
 
-    scorer._idf = bool(idf)
-    scorer._idf_dict = None
-    if idf:
-        scorer.compute_idf([r for group in refs for r in group])
-    t1 = time.perf_counter()
-    P, R, F = scorer.score(hyps, refs, batch_size=batch_size, verbose=progress_enabled())
-    score_s = time.perf_counter() - t1
-    out: dict[str, Any] = {
-        "precision": float(P.mean()),
-        "recall": float(R.mean()),
-        "f1": float(F.mean()),
-        "n": len(hyps),
-        "scale": "0-1" if not rescale_with_baseline else "rescaled",
-        "settings": {
-            "library": "bert-score",
-            "version": md.version("bert-score"),
-            "transformers_version": transformers.__version__,
-            "model_type": model_type,
-            "num_layers": num_layers,
-            "idf": bool(idf),
-            "rescale_with_baseline": rescale_with_baseline,
-            "baseline_path": baseline_path,
-            "lang": lang,
-            "batch_size": batch_size,
-            "device": device,
-            "hash": scorer.hash,
-            "compat_fixes": fixes,
-            "multi_reference": "P, R, F1 each maxed over references per example (bert_score)",
-            "aggregation": "mean over examples",
-            "references_per_example": ref_count_summary(refs),
-        },
-        "timing_s": {"load": load_s, "score": score_s, "scorer_cached": was_cached},
+
+def _settings_record(
+    model_type: str,
+    num_layers: int | None,
+    idf: bool,
+    rescale_with_baseline: bool,
+    baseline_path: str | None,
+    lang: str | None,
+    batch_size: int,
+    device: str,
+    scorer_hash: str,
+    fixes: Any,
+    refs: Sequence[Sequence[str]],
+) -> dict[str, Any]:
+    """What a BERTScore record says of how it was computed."""
+    import importlib.metadata as md
+
+    import transformers
+
+    return {
+        "library": "bert-score",
+        "version": md.version("bert-score"),
+        "transformers_version": transformers.__version__,
+        "model_type": model_type,
+        "num_layers": num_layers,
+        "idf": bool(idf),
+        "rescale_with_baseline": rescale_with_baseline,
+        "baseline_path": baseline_path,
+        "lang": lang,
+        "batch_size": batch_size,
+        "device": device,
+        "hash": scorer_hash,
+        "compat_fixes": fixes,
+        "multi_reference": "P, R, F1 each maxed over references per example (bert_score)",
+        "aggregation": "mean over examples",
+        "references_per_example": ref_count_summary(refs),
     }
-    if per_example:
-        out["per_example"] = {"precision": P.tolist(), "recall": R.tolist(), "f1": F.tolist()}
-    for k in ("precision", "recall", "f1"):
-        if math.isnan(out[k]):
-            out.setdefault("warnings", []).append(f"{k} is NaN (empty hypotheses/references?)")
-    return out
