@@ -41,7 +41,6 @@ LONG_FUNCTIONS = {
     "evaluation/generation.py": {"generate_all"},
     "experiments/bench.py": {"bench_decode"},
     "experiments/bench_speculative.py": {"bench_speculative", "main"},
-    "training/train.py": {"_train"},
 }
 
 

@@ -112,6 +112,67 @@ def _memory_plan(cfg: DictConfig, datamodule: SkipDataModule, tokenizer: Any) ->
     return {**plan.as_dict(), "checked": checked}
 
 
+def _run_info(
+    cfg: DictConfig,
+    module: SkipDecodeLitModule,
+    datamodule: SkipDataModule,
+    tokenizer: Any,
+    memory: dict[str, Any],
+) -> dict[str, Any]:
+    """What a run records of itself before it trains (``run_info.json``)."""
+    static = module.schedule.static()
+    return {
+        "schedule": module.schedule.describe(),
+        "schedule_config": _container(cfg.schedule),
+        "expected_length": datamodule.expected_length,
+        "theoretical_speedup": module.validation_plan.theoretical_speedup(
+            [datamodule.expected_length]
+        ),
+        # what the schedule plans over the validation split's target lengths (a generation
+        # that writes shorter or longer outputs reaches another speedup; see the reach table)
+        "planned_speedup": static.theoretical_speedup(
+            datamodule.validation_lengths or [datamodule.expected_length]
+        )
+        if static is not None
+        else None,
+        "truncation": datamodule.truncation_summary(),
+        "num_train_examples": len(datamodule.train_set or []),
+        "num_val_examples": len(datamodule.val_set or []),
+        "num_parameters": sum(p.numel() for p in module.model.parameters()),
+        "vocab_size": len(tokenizer),
+        "memory_plan": memory,
+    }
+
+
+def _best_checkpoint(trainer: pl.Trainer, output_dir: Path, fit_started: float) -> str | None:
+    """The checkpoint to export: the best by validation, else this run's last one."""
+    ckpt_cb = trainer.checkpoint_callback
+    if ckpt_cb is not None and getattr(ckpt_cb, "best_model_path", ""):
+        return ckpt_cb.best_model_path
+    last = output_dir / "checkpoints" / "last.ckpt"
+    if last.is_file() and last.stat().st_mtime >= fit_started:
+        return str(last)  # no validation ran: export the last weights of this run
+    return None
+
+
+def _trainer(cfg: DictConfig, output_dir: Path) -> tuple[pl.Trainer, str | None]:
+    """The Lightning trainer of the config, and the checkpoint it resumes from (if any)."""
+    callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    loggers = instantiate_loggers(cfg.get("logger"))
+    ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
+    if ckpt is not None:  # keep the interrupted run's metrics history
+        step = resume_step(ckpt)
+        for lg in loggers:
+            if isinstance(lg, ResumableCSVLogger):
+                lg.keep_history(before_step=step)
+    # checkpoints are written whole or not at all (training.checkpoints)
+    plugins = [*(instantiate(cfg.trainer.get("plugins")) or []), AtomicCheckpointIO()]
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=plugins
+    )
+    return trainer, ckpt
+
+
 def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     pl.seed_everything(int(cfg.seed), workers=True)
 
@@ -138,27 +199,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         validation_lengths=datamodule.validation_lengths,
     )
     schedule_desc = module.schedule.describe()
-    run_info = {
-        "schedule": schedule_desc,
-        "schedule_config": _container(cfg.schedule),
-        "expected_length": datamodule.expected_length,
-        "theoretical_speedup": module.validation_plan.theoretical_speedup(
-            [datamodule.expected_length]
-        ),
-        # what the schedule plans over the validation split's target lengths (a generation
-        # that writes shorter or longer outputs reaches another speedup; see the reach table)
-        "planned_speedup": module.schedule.static().theoretical_speedup(
-            datamodule.validation_lengths or [datamodule.expected_length]
-        )
-        if module.schedule.static() is not None
-        else None,
-        "truncation": datamodule.truncation_summary(),
-        "num_train_examples": len(datamodule.train_set or []),
-        "num_val_examples": len(datamodule.val_set or []),
-        "num_parameters": sum(p.numel() for p in module.model.parameters()),
-        "vocab_size": len(tokenizer),
-        "memory_plan": memory,
-    }
+    run_info = _run_info(cfg, module, datamodule, tokenizer, memory)
     log.info(
         "resolved schedule %s (expected length %s, theoretical speedup %.2fx)",
         schedule_desc,
@@ -167,19 +208,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     )
     module.run_config = {**_container(cfg), "run_info": run_info}
 
-    callbacks = instantiate_callbacks(cfg.get("callbacks"))
-    loggers = instantiate_loggers(cfg.get("logger"))
-    ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
-    if ckpt is not None:  # keep the interrupted run's metrics history
-        step = resume_step(ckpt)
-        for lg in loggers:
-            if isinstance(lg, ResumableCSVLogger):
-                lg.keep_history(before_step=step)
-    # checkpoints are written whole or not at all (training.checkpoints)
-    plugins = [*(instantiate(cfg.trainer.get("plugins")) or []), AtomicCheckpointIO()]
-    trainer: pl.Trainer = instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=plugins
-    )
+    trainer, ckpt = _trainer(cfg, output_dir)
     if trainer.is_global_zero:
         write_json_atomic(output_dir / "run_info.json", run_info)
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
@@ -195,13 +224,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     metrics["global_step"] = max(
         int(trainer.global_step), int(metrics.pop("trainer/global_step", 0))
     )
-    best = None
-    ckpt_cb = trainer.checkpoint_callback
-    if ckpt_cb is not None and getattr(ckpt_cb, "best_model_path", ""):
-        best = ckpt_cb.best_model_path
-    last = output_dir / "checkpoints" / "last.ckpt"
-    if best is None and last.is_file() and last.stat().st_mtime >= fit_started:
-        best = str(last)  # no validation ran: export the last weights of this run
+    best = _best_checkpoint(trainer, output_dir, fit_started)
     export_dir = None
     if trainer.is_global_zero:
         if cfg.get("export", True) and best:
