@@ -96,8 +96,8 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_lossless_b10 seed=1 \
 		schedule=speculative_b10 schedule.k=2 eval.compile=true $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(E2E_SWEEPS) --publish results/e2e_smollm2
-	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2
-	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.e2e_table results/e2e_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/e2e_smollm2
 
 # The paper's summarization task, offline (SciTLDR-A): the full/2x pair over three seeds first,
 # then the rest of the curve and the other methods at seed 1, then the lossless mode. A rerun
@@ -114,8 +114,8 @@ reproduce-cpu-scitldr: $(STAMP) smollm2 ## SciTLDR (summarization, ROUGE): SmolL
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=scitldr_smollm2 sweep.name=scitldr_smollm2_lossless \
 		seed=1 schedule=speculative_b10 schedule.k=2 eval.compile=true $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(SCITLDR_SWEEPS) --publish results/scitldr_smollm2 --update
-	$(OFFLINE) $(PY) -m skipdecode.experiments.summaries results/scitldr_smollm2
-	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/scitldr_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.summaries results/scitldr_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/scitldr_smollm2
 
 # The second pretrained family (issue: a second family): Gemma 3 270M on E2E with the CPU recipe
 # of e2e_smollm2, the SkipDecode curve first, then the other methods at 2x, then more seeds.
@@ -130,15 +130,15 @@ reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_seeds seed=2,3 \
 		schedule=full,target_2x,target_4x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(GEMMA3_SWEEPS) --publish results/e2e_gemma3
-	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_gemma3
-	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_gemma3
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.e2e_table results/e2e_gemma3
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/e2e_gemma3
 
 # The same protocol on one GPU at a larger budget (2 epochs, bf16-mixed), every schedule x 3
 # seeds in one multirun, GPU_JOBS cells at a time on the one GPU: by default as many as the free
 # GPU memory holds at the largest peak a published cell measured (the experiment's memory plan where none has one yet;
 # a fixed 10 at once ran an 80 GB H100 out of memory in 20 of 51 cells). A rerun retries only the
 # failed cells.
-GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.gpu_memory --verbose --experiment e2e_smollm2_gpu results/e2e_smollm2_gpu outputs/sweep/e2e_smollm2_gpu)
+GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.gpu_memory --verbose --experiment e2e_smollm2_gpu results/e2e_smollm2_gpu outputs/sweep/e2e_smollm2_gpu)
 
 reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every schedule x 3 seeds -> results/e2e_smollm2_gpu
 	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells
@@ -147,11 +147,11 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 		hydra/launcher=joblib hydra.launcher.n_jobs=$(GPU_JOBS) seed=1,2,3 \
 		schedule=full,target_2x,target_3x,target_4x,target_5x,$(E2E_METHODS) $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate outputs/sweep/e2e_smollm2_gpu --publish results/e2e_smollm2_gpu --update
-	$(OFFLINE) $(PY) -m skipdecode.experiments.e2e_table results/e2e_smollm2_gpu
-	$(OFFLINE) $(PY) -m skipdecode.experiments.reach results/e2e_smollm2_gpu
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.e2e_table results/e2e_smollm2_gpu
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/e2e_smollm2_gpu
 
 docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE, reach, E2E's own metrics (needs Java), provenance; leaves a clean clone clean
-	$(OFFLINE) $(PY) -m skipdecode.experiments.pages results $(ARGS)
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.pages results $(ARGS)
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \
@@ -168,7 +168,7 @@ presets: $(STAMP) ## Regenerate conf/schedule/skipdecode_*x_*l.yaml from the tar
 	$(PY) scripts/make_schedule_presets.py
 
 bench-speculative: $(STAMP) smollm2 ## Lossless mode on every SmolLM2 chat prompt, EOS on: acceptance per draft budget, a round's cost split, constant drafts (batch 1/8/32, k 2/4/6)
-	$(OFFLINE) $(PY) -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
+	$(OFFLINE) $(PY) -m skipdecode.experiments.benchmarks.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
 		--draft-budgets 6 10 16 --repeats 3 --name speculative-smollm2 $(ARGS)
 
 # The GPU benchmark, one command within 8 minutes on one H100 or H200, compile included: random

@@ -35,8 +35,8 @@ from skipdecode.evaluation.metrics.bootstrap import (
     BOOTSTRAP_SEED,
     percentile_interval,
 )
-from skipdecode.experiments.bench_tables import write_bench
-from skipdecode.experiments.seeds import mean_ci95
+from skipdecode.experiments.benchmarks.bench_tables import write_bench
+from skipdecode.experiments.sweeps.seeds import mean_ci95
 
 from .speculative_budgets import (
     BudgetError,

@@ -155,7 +155,7 @@ def split_by_question(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from skipdecode.experiments.bench_tables import load_bench_model
+    from skipdecode.experiments.benchmarks.bench_tables import load_bench_model
 
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -43,13 +43,13 @@ from typing import Any
 import torch
 
 from skipdecode.core.engine import SkipDecoder
-from skipdecode.experiments.bench_tables import (
+from skipdecode.experiments.benchmarks.bench_tables import (
     add_run_options,
     load_bench_model,
     started_provenance,
     write_bench,
 )
-from skipdecode.experiments.bench_workloads import ranked_draft_vocab, trained_dataset
+from skipdecode.experiments.benchmarks.bench_workloads import ranked_draft_vocab, trained_dataset
 from skipdecode.io import write_text_atomic
 from skipdecode.progress import progress
 from skipdecode.provenance import package_code

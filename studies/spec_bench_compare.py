@@ -40,7 +40,7 @@ from skipdecode.evaluation.metrics.bootstrap import (
     BOOTSTRAP_SEED,
     percentile_interval,
 )
-from skipdecode.experiments.bench_tables import write_bench
+from skipdecode.experiments.benchmarks.bench_tables import write_bench
 from skipdecode.io import read_jsonl
 
 from .spec_bench import TASKS, task_of, tokens_per_second

@@ -49,7 +49,7 @@ from skipdecode.evaluation.metrics.bootstrap import (
     BOOTSTRAP_SEED,
     percentile_interval,
 )
-from skipdecode.experiments.bench_tables import cell_text, write_bench
+from skipdecode.experiments.benchmarks.bench_tables import cell_text, write_bench
 
 __all__ = ["BudgetError", "choose_budgets", "budgets_table", "load_budget_run", "main"]
 

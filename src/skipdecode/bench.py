@@ -1,9 +1,9 @@
 """``python -m skipdecode.bench``: Decode and training throughput benchmark.
 
-The documented entry point; the code lives in :mod:`skipdecode.experiments.bench`.
+The documented entry point; the code lives in :mod:`skipdecode.experiments.benchmarks.bench`.
 """
 
-from skipdecode.experiments.bench import main
+from skipdecode.experiments.benchmarks.bench import main
 
 __all__ = ["main"]
 

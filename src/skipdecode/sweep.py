@@ -1,9 +1,9 @@
 """``python -m skipdecode.sweep``: Train-and-evaluate multirun cells (Hydra, conf/sweep.yaml).
 
-The documented entry point; the code lives in :mod:`skipdecode.experiments.sweep`.
+The documented entry point; the code lives in :mod:`skipdecode.experiments.sweeps.sweep`.
 """
 
-from skipdecode.experiments.sweep import main
+from skipdecode.experiments.sweeps.sweep import main
 
 __all__ = ["main"]
 

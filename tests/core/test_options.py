@@ -14,7 +14,7 @@ from skipdecode.core.options import (
     DecodeOptions,
     DecodeOptionsError,
 )
-from skipdecode.experiments.identity import eval_identity
+from skipdecode.experiments.sweeps.identity import eval_identity
 
 
 def test_defaults_and_the_config_and_cli_builders_agree():

@@ -16,8 +16,8 @@ import pytest
 from skipdecode.evaluation.metrics import MetricSettingError, compute_all
 from skipdecode.evaluation.metrics import e2e as suite_module
 from skipdecode.evaluation.metrics.mteval import BLEUScore, NISTScore, mteval_tokenize
-from skipdecode.experiments.cell_outputs import cell_generations
-from skipdecode.experiments.identity import eval_identity
+from skipdecode.experiments.sweeps.cell_outputs import cell_generations
+from skipdecode.experiments.sweeps.identity import eval_identity
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "e2e_smollm2"
 OFFICIAL = {

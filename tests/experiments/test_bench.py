@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skipdecode.experiments.bench import main
+from skipdecode.experiments.benchmarks.bench import main
 
 DECODE_FIELDS = {
     "prefill_ms",
@@ -126,7 +126,7 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
     checked against the full model's; on the eager and on the compiled path."""
     from ci import skip_unless_ci
 
-    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
     from skipdecode.models.assets import smollm2_dir
 
     try:
@@ -191,7 +191,7 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
 
 
 def test_speculative_bench_prompts_a_model_without_a_chat_template_in_plain_text():
-    from skipdecode.experiments.bench_workloads import CHAT_PROMPTS, load_workload
+    from skipdecode.experiments.benchmarks.bench_workloads import CHAT_PROMPTS, load_workload
 
     class Plain:  # a base model's tokenizer: no chat template
         chat_template, pad_token_id, eos_token_id = None, 0, 2
@@ -226,8 +226,8 @@ def test_speculative_bench_decodes_the_test_inputs_a_model_was_fine_tuned_for(tm
         encode_prompts,
         load_examples,
     )
-    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
-    from skipdecode.experiments.bench_workloads import load_workload
+    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
+    from skipdecode.experiments.benchmarks.bench_workloads import load_workload
 
     model_dir = make_exported_dir(tmp_path / "export", num_layers=4)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -285,8 +285,8 @@ def test_speculative_bench_drafts_with_the_warm_up_it_is_given(tmp_path, capsys,
     runs."""
     from exports import make_exported_dir
 
-    from skipdecode.experiments import bench_speculative
-    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+    from skipdecode.experiments.benchmarks import bench_speculative
+    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
 
     drafts = []
     build = bench_speculative.build_schedule
@@ -325,7 +325,7 @@ def test_speculative_bench_on_plan_graphs_keeps_the_full_models_output(tmp_path,
     the verify pass); the output stays the full model's. Without --compile it is refused."""
     from exports import make_exported_dir
 
-    from skipdecode.experiments.bench_speculative import main as bench_speculative_main
+    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
 
     model_dir = make_exported_dir(tmp_path / "export", num_layers=4)
     common = [f"--model={model_dir}", "--workload=dataset", "--prompts=2", "--batch-sizes", "2"]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skipdecode.experiments import e2e_table
-from skipdecode.experiments.seeds import mean_ci95
+from skipdecode.experiments.sweeps import e2e_table
+from skipdecode.experiments.sweeps.seeds import mean_ci95
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "e2e_smollm2"
 RECORD = str(RESULTS / "e2e_smollm2_curve-0" / "record.json")  # any committed E2E cell

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skipdecode.experiments.gpu_memory import GIB, PEAK_KEY, choose_jobs, measured_peaks
+from skipdecode.experiments.sweeps.gpu_memory import GIB, PEAK_KEY, choose_jobs, measured_peaks
 
 
 def test_choose_jobs_divides_the_free_memory_by_peak_plus_overhead():
@@ -48,7 +48,7 @@ def test_measured_peaks_reads_every_cell_json(tmp_path):
 def test_without_a_measured_peak_the_experiments_memory_plan_sizes_the_jobs(
     tmp_path, monkeypatch, capsys
 ):
-    from skipdecode.experiments import gpu_memory
+    from skipdecode.experiments.sweeps import gpu_memory
     from skipdecode.training.memory import GIB, experiment_plan
 
     monkeypatch.setattr(gpu_memory, "_free_bytes", lambda device: 80 * GIB)

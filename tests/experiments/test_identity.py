@@ -9,8 +9,8 @@ from pathlib import Path
 
 from exports import make_fake_sweep
 
-from skipdecode.experiments.aggregate import aggregate
-from skipdecode.experiments.identity import (
+from skipdecode.experiments.sweeps.aggregate import aggregate
+from skipdecode.experiments.sweeps.identity import (
     IDENTITY_FILE,
     calibrates,
     cell_identity,
@@ -18,7 +18,7 @@ from skipdecode.experiments.identity import (
     eval_identity,
     identity_hash,
 )
-from skipdecode.experiments.publish import publish, restore
+from skipdecode.experiments.sweeps.publish import publish, restore
 
 
 def _data(folder: Path, reference: str = "Aromi is a pub.") -> Path:
@@ -113,7 +113,7 @@ def test_restore_puts_a_cell_where_a_rerun_elsewhere_looks_for_it(tmp_path):
 def test_identity_records_the_real_model_sizes_outside_the_cell_id(tmp_path):
     """identity.json says what the model is in numbers (read from its files for a pretrained
     model, not the placeholder ``model.arch``); the cell id does not depend on that record."""
-    from skipdecode.experiments.identity import SIZES_KEY, without_sizes
+    from skipdecode.experiments.sweeps.identity import SIZES_KEY, without_sizes
     from skipdecode.models.loading import model_sizes
 
     cell_id, ident = cell_identity(_cfg(_data(tmp_path / "e2e")))

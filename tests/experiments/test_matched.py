@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skipdecode.experiments.matched import format_matched, interpolate, matched_rows
+from skipdecode.experiments.sweeps.matched import format_matched, interpolate, matched_rows
 
 
 def _cell(method, seed, speed, bleu, bert=0.8, status="ok"):

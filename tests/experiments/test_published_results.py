@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from exports import compose, make_fake_sweep
 
-from skipdecode.experiments.aggregate import aggregate
-from skipdecode.experiments.identity import (
+from skipdecode.experiments.sweeps.aggregate import aggregate
+from skipdecode.experiments.sweeps.identity import (
     IDENTITY_FILE,
     cell_identity,
     identity_hash,
     without_sizes,
 )
-from skipdecode.experiments.matched import format_matched, matched_rows
-from skipdecode.experiments.publish import publish, restore
-from skipdecode.experiments.samples import format_samples
-from skipdecode.experiments.seeds import summarize_seeds
-from skipdecode.experiments.table import collect, format_markdown, format_results_markdown
+from skipdecode.experiments.sweeps.matched import format_matched, matched_rows
+from skipdecode.experiments.sweeps.publish import publish, restore
+from skipdecode.experiments.sweeps.samples import format_samples
+from skipdecode.experiments.sweeps.seeds import summarize_seeds
+from skipdecode.experiments.sweeps.table import collect, format_markdown, format_results_markdown
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PUBLISHED = sorted(p for p in RESULTS.glob("*") if (p / "results.md").is_file())
@@ -61,7 +61,7 @@ def test_published_cells_are_the_cells_their_commands_train_now(published):
     """Each published cell's identity is the one its sweep command computes from today's
     configs in this checkout: a rerun after ``--restore`` reuses it instead of training again.
     Fails when a training default changed since publication (the published rows are stale)."""
-    from skipdecode.experiments.sweep import _resolved_without_paths_output
+    from skipdecode.experiments.sweeps.sweep import _resolved_without_paths_output
 
     for identity_file in sorted(published.glob(f"*/{IDENTITY_FILE}")):
         cell = json.loads((identity_file.parent / "cell.json").read_text())
@@ -78,8 +78,8 @@ def test_published_evaluations_are_the_evaluations_their_commands_run_now(publis
     """Each published evaluation's id (``eval-<id>`` in its source) is the one its sweep
     command computes from today's configs: a rerun after ``--restore`` reuses the record.
     Fails when an evaluation default changed since publication for a schedule it affects."""
-    from skipdecode.experiments.identity import eval_identity
-    from skipdecode.experiments.sweep import _resolved_without_paths_output
+    from skipdecode.experiments.sweeps.identity import eval_identity
+    from skipdecode.experiments.sweeps.sweep import _resolved_without_paths_output
 
     for cell_file in sorted(published.glob("*/cell.json")):
         cell = json.loads(cell_file.read_text())
@@ -142,7 +142,7 @@ def test_publish_merges_several_sweeps_and_restores_their_records(tmp_path):
 
 
 def test_publish_keeps_the_validation_loss_curve(tmp_path):
-    from skipdecode.experiments.publish import VAL_CURVE, _copy_val_curve
+    from skipdecode.experiments.sweeps.publish import VAL_CURVE, _copy_val_curve
 
     csv_dir = tmp_path / "cell" / "train" / "csv"
     csv_dir.mkdir(parents=True)
@@ -167,8 +167,8 @@ def test_a_restored_cell_republishes_with_its_curve_and_training_time(tmp_path):
     """A cell reused after ``--restore`` is not trained again, so nothing on this machine can
     measure its validation curve or training time: restore puts the published ones in its folder
     (never over the cell's own) and the next publication carries them on unchanged."""
-    from skipdecode.experiments.publish import VAL_CURVE
-    from skipdecode.experiments.table import TRAIN_DONE
+    from skipdecode.experiments.sweeps.publish import VAL_CURVE
+    from skipdecode.experiments.sweeps.table import TRAIN_DONE
 
     sweep = make_fake_sweep(tmp_path / "sweep")
     cell_dir = tmp_path / "checkout_a" / "cells" / "tiny__synthetic__full__id0"
@@ -241,7 +241,7 @@ def test_publish_update_keeps_published_cells_a_rerun_did_not_improve(tmp_path):
 
 
 def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path):
-    from skipdecode.experiments.publish import RESTORED, PublishError
+    from skipdecode.experiments.sweeps.publish import RESTORED, PublishError
 
     sweep = make_fake_sweep(tmp_path / "sweep")
     record = Path(json.loads((sweep / "1" / "cell.json").read_text())["record"])
@@ -260,7 +260,7 @@ def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path)
 
 
 def test_publishing_refuses_a_dirty_record_without_its_diff_even_when_allowed(tmp_path):
-    from skipdecode.experiments.publish import PublishError
+    from skipdecode.experiments.sweeps.publish import PublishError
 
     sweep = make_fake_sweep(tmp_path / "sweep")
     record = Path(json.loads((sweep / "2" / "cell.json").read_text())["record"])
@@ -274,7 +274,7 @@ def test_publishing_refuses_a_dirty_record_without_its_diff_even_when_allowed(tm
 
 
 def test_benchmarks_refuse_up_front_a_checkout_whose_diff_a_record_cannot_hold(monkeypatch, capsys):
-    from skipdecode.experiments import bench_tables
+    from skipdecode.experiments.benchmarks import bench_tables
 
     too_large = {"git": {"dirty": True, "diff": None, "root": "/repo", "diff_sha256": "ab"}}
     monkeypatch.setattr(bench_tables, "provenance", lambda: too_large)
@@ -288,7 +288,7 @@ def test_benchmarks_refuse_up_front_a_checkout_whose_diff_a_record_cannot_hold(m
 
 
 def test_the_committed_provenance_page_is_up_to_date():
-    from skipdecode.experiments.audit import main as audit
+    from skipdecode.experiments.sweeps.audit import main as audit
 
     assert audit([str(RESULTS), "--check"]) == 0
 
@@ -316,7 +316,7 @@ def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path):
     and the provenance page come out as committed (a clean clone stays clean)."""
     import shutil
 
-    from skipdecode.experiments.pages import write_pages
+    from skipdecode.experiments.sweeps.pages import write_pages
 
     folder = tmp_path / "results" / "e2e_gemma3"
     shutil.copytree(RESULTS / "e2e_gemma3", folder)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skipdecode.data.datasets import get_task, load_split, target_lengths
-from skipdecode.experiments import reach
+from skipdecode.experiments.sweeps import reach
 from skipdecode.models.loading import ModelConfigError
 from skipdecode.schedules import LinearSchedule
 

@@ -14,7 +14,7 @@ import pytest
 from offline_env import offline_env
 from rouge_score import rouge_scorer
 
-from skipdecode.experiments.summaries import write_summaries
+from skipdecode.experiments.sweeps.summaries import write_summaries
 
 ROOT = Path(__file__).resolve().parents[2]
 SCITLDR = ROOT.parent / "shared" / "data" / "scitldr"

@@ -17,12 +17,12 @@ from processes import kill_group_when
 from wandb_offline import read_offline_run
 
 from skipdecode.evaluation.evaluate import evaluate
-from skipdecode.experiments.aggregate import aggregate
-from skipdecode.experiments.aggregate import main as aggregate_main
-from skipdecode.experiments.identity import cell_identity
-from skipdecode.experiments.publish import publish, restore
-from skipdecode.experiments.sweep import planned_jobs
-from skipdecode.experiments.table import collect
+from skipdecode.experiments.sweeps.aggregate import aggregate
+from skipdecode.experiments.sweeps.aggregate import main as aggregate_main
+from skipdecode.experiments.sweeps.identity import cell_identity
+from skipdecode.experiments.sweeps.publish import publish, restore
+from skipdecode.experiments.sweeps.sweep import planned_jobs
+from skipdecode.experiments.sweeps.table import collect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -264,7 +264,8 @@ def test_sweep_config_composes_and_plans_jobs():
     cfg = compose("sweep", ["schedule=target_2x"], return_hydra_config=True)
     assert cfg.eval.generation.do_sample is False
     assert (
-        cfg.hydra.callbacks.aggregate._target_ == "skipdecode.experiments.sweep.AggregateCallback"
+        cfg.hydra.callbacks.aggregate._target_
+        == "skipdecode.experiments.sweeps.sweep.AggregateCallback"
     )
     cfg.hydra.overrides.task = ["schedule=full,target_2x", "dataset=synthetic,e2e"]
     jobs = planned_jobs(cfg)
@@ -526,8 +527,8 @@ def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
 
 
 def test_dashboard_report_is_built_offline(capsys):
-    from skipdecode.experiments.dashboard import build_report
-    from skipdecode.experiments.dashboard import main as dashboard_main
+    from skipdecode.experiments.sweeps.dashboard import build_report
+    from skipdecode.experiments.sweeps.dashboard import main as dashboard_main
 
     report = build_report("lab", "skipdecode", "compare")
     assert (report.entity, report.project, report.title) == (

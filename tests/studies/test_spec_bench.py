@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from skipdecode.experiments.bench_workloads import ranked_draft_vocab
+from skipdecode.experiments.benchmarks.bench_workloads import ranked_draft_vocab
 from skipdecode.schedules import build_schedule
 from skipdecode.schedules.speculative import SpeculativeSchedule
 from studies import self_distill, spec_bench

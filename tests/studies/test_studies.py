@@ -38,7 +38,7 @@ def test_a_study_lists_the_commands_its_make_target_ran():
         "hydra.run.dir=outputs/speculative_budgets/b6/train"
     )
     assert commands[4] == (
-        "python -m skipdecode.experiments.bench_speculative --model "
+        "python -m skipdecode.experiments.benchmarks.bench_speculative --model "
         "outputs/speculative_budgets/b6/train/export --workload dataset --prompts 16 "
         "--batch-sizes 1 8 32 --ks 2 3 4 --draft-vocab 4096 --new-tokens 64 --repeats 2 "
         "--compile --draft-budget 6 --draft-warmup 1 --out results/bench "

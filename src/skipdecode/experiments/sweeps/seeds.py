@@ -19,8 +19,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
-from ..evaluation.metrics.outputs import OUTPUT_STATS
+from ...evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
+from ...evaluation.metrics.outputs import OUTPUT_STATS
 from .cell_outputs import cell_generations
 from .table import QUALITY, SPEEDS, num
 

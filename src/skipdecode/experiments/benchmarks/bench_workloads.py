@@ -57,8 +57,8 @@ class Workload:
     def batches(self, batch_size: int) -> Batches:
         """Batches covering every prompt; a batch larger than the workload repeats prompts. A
         dataset's prompts are batched by length (the evaluation's order), chat ones in order."""
-        from ..data.collate import left_pad
-        from ..evaluation.inputs import batch_order
+        from ...data.collate import left_pad
+        from ...evaluation.inputs import batch_order
 
         order = list(range(len(self.prompts)))
         if self.settings is not None:
@@ -83,7 +83,7 @@ def ranked_draft_vocab(settings: dict | None, tokenizer: Any, size: int) -> list
     ``settings`` (a fine-tuned export's); without one, the tokenizer's first ids (a BPE
     vocabulary's merge order, a frequency proxy) after EOS."""
     if settings is not None:
-        from ..evaluation.inputs import draft_vocabulary
+        from ...evaluation.inputs import draft_vocabulary
 
         return draft_vocabulary(settings, tokenizer, size)
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -92,7 +92,7 @@ def ranked_draft_vocab(settings: dict | None, tokenizer: Any, size: int) -> list
 
 def trained_dataset(model_dir: Path) -> dict | None:
     """The dataset settings a fine-tuned export in ``model_dir`` was trained on, else None."""
-    from ..evaluation.inputs import dataset_settings
+    from ...evaluation.inputs import dataset_settings
 
     meta_file = Path(model_dir) / "skipdecode.json"
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
@@ -119,8 +119,8 @@ def load_workload(name: str, tokenizer: Any, prompts: int, model_dir: Path) -> W
 
 
 def _dataset_workload(tokenizer: Any, prompts: int, model_dir: Path, pad: int) -> Workload:
-    from ..data.tasks import get_task
-    from ..evaluation.inputs import encode_prompts, load_examples
+    from ...data.tasks import get_task
+    from ...evaluation.inputs import encode_prompts, load_examples
 
     settings = trained_dataset(model_dir)
     if settings is None:

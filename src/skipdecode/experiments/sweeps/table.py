@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.metrics.outputs import OUTPUT_STATS
-from ..io import read_json_or_none, write_text_atomic
+from ...evaluation.metrics.outputs import OUTPUT_STATS
+from ...io import read_json_or_none, write_text_atomic
 from .cell_outputs import cell_output_stats
 
 __all__ = [

@@ -3,7 +3,7 @@
 ``python -m skipdecode.aggregate outputs/sweep/<name> [more sweeps] --publish results/<name>``
 copies, per cell, ``cell.json`` (the record path made relative, the cell's folder in the cells
 directory kept as ``source``), its ``identity.json`` (the training config it was trained from,
-made portable: see :mod:`skipdecode.experiments.identity`), the evaluation ``record.json`` and
+made portable: see :mod:`skipdecode.experiments.sweeps.identity`), the evaluation ``record.json`` and
 its ``generations.jsonl`` gzipped (the paired bootstrap and ``samples.md`` need the per-input
 outputs; gzip keeps a 630-input cell at ~200 KB instead of ~1 MB) and ``val_loss.csv``
 (validation loss by optimizer step, when the cell was trained with the CSV logger), plus the
@@ -18,7 +18,7 @@ evaluation back into the cells directory, in the folder the cell's identity name
 (``<cells_dir>/<model>__<dataset>__<schedule>__<cell id>/<eval folder>/record.json``, the id
 recomputed from the published ``identity.json``; ``source`` as published for cells without one),
 so a rerun of the same sweeps reuses those cells instead of training them again (a cell whose
-evaluation record exists is done; see :func:`skipdecode.experiments.sweep.run_cell`). A reused
+evaluation record exists is done; see :func:`skipdecode.experiments.sweeps.sweep.run_cell`). A reused
 cell is not trained again, so restore also puts its published validation curve and training time
 in its folder (where the folder lacks them), and the next publication carries them on.
 """
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import read_json_or_none, write_json_atomic, write_text_atomic
-from ..provenance import diff_missing
+from ...io import read_json_or_none, write_json_atomic, write_text_atomic
+from ...provenance import diff_missing
 from .identity import IDENTITY_FILE, identity_hash, portable_identity
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 

@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.costs import step_cost_split, transformers_generate_seconds
-from ..core.engine import SkipDecoder
-from ..core.floor import DeviceLimits, measure_device, step_floor_seconds
-from ..core.options import CUDA_GRAPH_MODE
-from ..models.shapes import SHAPES, build_random_model, device_name, random_prompts
-from ..progress import progress
-from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup
+from ...core.costs import step_cost_split, transformers_generate_seconds
+from ...core.engine import SkipDecoder
+from ...core.floor import DeviceLimits, measure_device, step_floor_seconds
+from ...core.options import CUDA_GRAPH_MODE
+from ...models.shapes import SHAPES, build_random_model, device_name, random_prompts
+from ...progress import progress
+from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,

@@ -21,7 +21,7 @@ per cell) and ``reach.md`` into the folder, each whole or not at all. Lengths ar
 the tokenizer of the cell's pretrained model (``conf/model/<model>.yaml``; a model whose
 tokenizer is trained on the data, such as ``tiny``, has none to count with: an error says so).
 
-    python -m skipdecode.experiments.reach results/e2e_smollm2 results/e2e_gemma3
+    python -m skipdecode.experiments.sweeps.reach results/e2e_smollm2 results/e2e_gemma3
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..data.datasets import dataset_options, get_task, load_split, target_lengths
-from ..io import read_json_or_none, write_text_atomic
-from ..models.loading import ModelConfigError, load_pretrained_tokenizer, needs_trained_tokenizer
-from ..paths import repo_root
-from ..schedules import build_schedule
+from ...data.datasets import dataset_options, get_task, load_split, target_lengths
+from ...io import read_json_or_none, write_text_atomic
+from ...models.loading import ModelConfigError, load_pretrained_tokenizer, needs_trained_tokenizer
+from ...paths import repo_root
+from ...schedules import build_schedule
 from .table import CELL_FILE, csv_text, row_order
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def format_reach(rows: Sequence[Mapping[str, Any]]) -> str:
         "\nTheoretical speedups (layers per generated token). planned: over every validation "
         "target length (static budgets) or what calibration reached on its validation inputs "
         "(CALM, adaptive); test refs: the static budget over the test references' lengths; "
-        "reached: over the generated outputs. Written by `python -m skipdecode.experiments.reach`.\n"
+        "reached: over the generated outputs. Written by `python -m skipdecode.experiments.sweeps.reach`.\n"
     )
     return head + body + note
 

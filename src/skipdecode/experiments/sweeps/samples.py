@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import write_text_atomic
+from ...io import write_text_atomic
 from .cell_outputs import cell_generations
 from .seeds import SEED_GROUP
 

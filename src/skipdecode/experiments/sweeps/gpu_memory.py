@@ -2,7 +2,7 @@
 
 A cell (training, then evaluation) records the peak GPU memory its process reserved
 (``gpu_peak_bytes`` in ``cell.json``). Before a parallel sweep, ``python -m
-skipdecode.experiments.gpu_memory <results or sweep dirs>`` prints how many cells to run at once:
+skipdecode.experiments.sweeps.gpu_memory <results or sweep dirs>`` prints how many cells to run at once:
 the free memory of the device, less a headroom, divided by the largest measured peak plus the
 per-process overhead the allocator does not see (the CUDA context and its kernels). Where no cell
 has a measured peak yet, the memory plan of ``--experiment`` stands in for it
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if peaks:
         peak = max(peaks)
     elif args.experiment:
-        from ..training.memory import experiment_plan
+        from ...training.memory import experiment_plan
 
         peak, source = experiment_plan(args.experiment, [])[1].total, f"{args.experiment}'s plan"
     else:

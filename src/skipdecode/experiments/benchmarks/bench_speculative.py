@@ -29,7 +29,7 @@ baseline included, runs on the compiled decode path (``core.compiled``), its com
 of the decode time. (transformers' ``generate`` with a static cache and ``torch.compile`` is
 the peer of the compiled decode benchmark, ``make study NAME=decode_smollm2_cpu_compiled``.)
 
-    python -m skipdecode.experiments.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
+    python -m skipdecode.experiments.benchmarks.bench_speculative --batch-sizes 1 8 32 --ks 2 4 6 \
         --draft-budgets 6 8 10
 """
 
@@ -43,9 +43,9 @@ from typing import Any
 
 import torch
 
-from ..core.engine import SkipDecoder
-from ..progress import progress
-from ..schedules import FullSchedule, Schedule, build_schedule
+from ...core.engine import SkipDecoder
+from ...progress import progress
+from ...schedules import FullSchedule, Schedule, build_schedule
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io import write_text_atomic
+from ...io import write_text_atomic
 from .seeds import mean_ci95
 from .table import num
 

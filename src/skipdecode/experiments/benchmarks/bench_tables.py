@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..core.options import DecodeOptions, DecodeOptionsError
-from ..io import write_json_atomic
-from ..provenance import ProvenanceError, provenance, require_recorded_diff
+from ...core.options import DecodeOptions, DecodeOptionsError
+from ...io import write_json_atomic
+from ...provenance import ProvenanceError, provenance, require_recorded_diff
 
 __all__ = [
     "add_run_options", "cell_text", "decode_table", "speculative_table", "train_table",
@@ -59,7 +59,7 @@ def load_bench_model(model_dir: Path | None, dtype: str, device: str) -> tuple[A
     SmolLM2 (``make smollm2``), in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..models.assets import smollm2_dir
+    from ...models.assets import smollm2_dir
 
     path = model_dir or smollm2_dir()
     model = AutoModelForCausalLM.from_pretrained(

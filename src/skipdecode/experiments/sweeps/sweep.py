@@ -4,7 +4,7 @@
 (or ``-m experiment=sweep_demo``). Each job:
 
 1. computes the cell id, a hash of the training-relevant config (model, dataset, schedule,
-   trainer, optimisation, data, seed; see :mod:`skipdecode.experiments.identity`), and reuses
+   trainer, optimisation, data, seed; see :mod:`skipdecode.experiments.sweeps.identity`), and reuses
    ``<sweep.cells_dir>/<cell>/`` when a previous run (of this or any sweep) finished training it;
    otherwise trains there with ``train(cfg)``;
 2. evaluates the exported model (``evaluate(cfg)``; reused when an identical evaluation exists);
@@ -29,15 +29,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import close_wandb, config_dir, resolve_config
-from ..evaluation.evaluate import evaluate
-from ..evaluation.record import RECORD_FILE
-from ..io import read_json_or_none, write_json_atomic
-from ..locks import claim_dir
-from ..models.loading import model_sizes
-from ..schedules import method_label
-from ..training.export import export_checkpoint
-from ..training.train import train
+from ...config import close_wandb, config_dir, resolve_config
+from ...evaluation.evaluate import evaluate
+from ...evaluation.record import RECORD_FILE
+from ...io import read_json_or_none, write_json_atomic
+from ...locks import claim_dir
+from ...models.loading import model_sizes
+from ...schedules import method_label
+from ...training.export import export_checkpoint
+from ...training.train import train
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity, eval_identity

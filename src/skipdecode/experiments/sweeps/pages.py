@@ -20,7 +20,7 @@ tokenizer) is skipped and said, never half-written. On a clean clone the committ
 what this writes, so it leaves git clean; prose around the tables lives in ``docs/`` and cites
 these pages.
 
-    python -m skipdecode.experiments.pages results [--only tables summaries]
+    python -m skipdecode.experiments.sweeps.pages results [--only tables summaries]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..io import write_text_atomic
+from ...io import write_text_atomic
 from .aggregate import aggregate
 from .audit import AUDIT_PAGE, audit_page
 from .summaries import write_summaries
@@ -50,7 +50,7 @@ def _summaries(folder: Path) -> str:
 
 
 def _reach(folder: Path) -> str:
-    from ..models.loading import ModelConfigError
+    from ...models.loading import ModelConfigError
     from .reach import write_reach
 
     if not (folder / "reach.md").is_file():
@@ -63,7 +63,7 @@ def _reach(folder: Path) -> str:
 
 
 def _e2e(folder: Path) -> str:
-    from ..evaluation.metrics.e2e import require_java
+    from ...evaluation.metrics.e2e import require_java
     from .e2e_table import write_e2e_suite
 
     if not (folder / "e2e_suite.md").is_file():

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.costs import time_call
-from ..core.engine import SkipDecoder
-from ..models.shapes import build_random_model, device_name, random_prompts
-from ..schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
+from ...core.costs import time_call
+from ...core.engine import SkipDecoder
+from ...models.shapes import build_random_model, device_name, random_prompts
+from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
 
 __all__ = ["bench_train"]
 

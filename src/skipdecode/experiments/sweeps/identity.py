@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core.options import DEFAULTS
+from ...core.options import DEFAULTS
 
 __all__ = [
     "IDENTITY_KEYS",

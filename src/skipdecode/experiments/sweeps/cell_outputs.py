@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.metrics.outputs import OUTPUT_STATS, output_statistics
-from ..io import plain_or_gzipped, read_json_or_none, read_jsonl
+from ...evaluation.metrics.outputs import OUTPUT_STATS, output_statistics
+from ...io import plain_or_gzipped, read_json_or_none, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def cell_generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dic
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer(model_cfg_key: tuple) -> Any | None:
-    from ..models.loading import ModelConfigError, pretrained_path
+    from ...models.loading import ModelConfigError, pretrained_path
 
     cfg = dict(model_cfg_key)
     if cfg.get("source") not in ("asset", "local"):
