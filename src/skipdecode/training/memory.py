@@ -37,6 +37,7 @@ __all__ = [
     "MemoryPlan",
     "MemoryPlanError",
     "ModelSizes",
+    "device_count",
     "experiment_plan",
     "model_sizes",
     "plan_memory",
@@ -234,6 +235,17 @@ def config_sizes(model_cfg: Mapping[str, Any], vocab: int | None = None) -> Mode
         return model_sizes(AutoModelForCausalLM.from_config(config))
 
 
+def device_count(trainer: Mapping[str, Any], hardware: Mapping[str, Any] | None) -> int:
+    """The devices a run trains on: ``trainer.devices``, or where that takes every visible one
+    (-1, "auto"), the visible GPUs, else the ``hardware`` the experiment is planned for."""
+    devices = trainer.get("devices", 1)
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return int((hardware or {}).get("devices") or 1)
+
+
 def plan_run(
     model_cfg: Mapping[str, Any],
     trainer: Mapping[str, Any],
@@ -241,15 +253,16 @@ def plan_run(
     batch: int,
     seq_len: int,
     vocab: int | None = None,
+    hardware: Mapping[str, Any] | None = None,
 ) -> MemoryPlan | None:
     """The plan of a training config (``model``, ``trainer``, ``optimizer`` nodes, the per-device
-    ``batch`` and the longest sequence); None where the model's sizes are unknown."""
+    ``batch``, the longest sequence, and the ``hardware`` an experiment names where its trainer
+    takes every visible device); None where the model's sizes are unknown."""
     sizes = config_sizes(model_cfg, vocab)
     if sizes is None:
         return None
     strategy = strategy_of(trainer)
-    devices = trainer.get("devices", 1)
-    devices = int(devices) if isinstance(devices, int) and devices > 0 else 1
+    devices = device_count(trainer, hardware)
     fsdp_ckpt = bool((trainer.get("strategy") or {}).get("activation_checkpointing", False))
     return plan_memory(
         sizes,
@@ -292,11 +305,14 @@ def experiment_plan(experiment: str, overrides: list[str]) -> tuple[dict[str, An
         k: OmegaConf.to_container(composed[k], resolve=True)
         for k in ("model", "trainer", "optimizer", "loader")
     }
+    hardware = composed.get("hardware")
+    hardware = OmegaConf.to_container(hardware) if hardware is not None else None
     data = OmegaConf.to_container(composed.dataset, resolve=False)
     seq = int(data.get("max_source_tokens") or 0) + int(data.get("max_target_tokens") or 0)
     plan = plan_run(
-        cfg["model"], cfg["trainer"], cfg["optimizer"], cfg["loader"]["batch_size"], seq
-    )
+        cfg["model"], cfg["trainer"], cfg["optimizer"], cfg["loader"]["batch_size"], seq,
+        hardware=hardware,
+    )  # fmt: skip
     if plan is None:
         raise MemoryPlanError(f"experiment={experiment}: the model's sizes are not known offline")
     return cfg, plan

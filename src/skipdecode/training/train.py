@@ -102,6 +102,7 @@ def _memory_plan(cfg: DictConfig, datamodule: SkipDataModule, tokenizer: Any) ->
         int(cfg.loader.batch_size),
         longest,
         vocab=len(tokenizer),
+        hardware=_container(cfg.get("hardware")) if cfg.get("hardware") is not None else None,
     )
     if plan is None:
         log.info("memory plan: the model's sizes are not known without its weights; none made")
