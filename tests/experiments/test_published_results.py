@@ -268,7 +268,7 @@ def test_publishing_refuses_a_dirty_record_without_its_diff_even_when_allowed(tm
     data["provenance"]["git"] |= {"dirty": True, "diff": None, "diff_sha256": "ab"}  # too large
     record.write_text(json.dumps(data))
     target = tmp_path / "results" / "fake"
-    with pytest.raises(PublishError, match=r"1 cell\(s\) .*hold no diff \(sweep/2\).*commit"):
+    with pytest.raises(PublishError, match=r"1 cell\(s\) \(sweep/2\) .*hold no diff.*commit"):
         publish(sweep, target, aggregate, allow_dirty=True)
     assert not target.exists() and not list(target.parent.glob(".fake.*"))
 

@@ -81,20 +81,16 @@ def publish(
     dirty = [f for found in cells.values() for f in found if _from_dirty_tree(f)]
     no_diff = [f for f in dirty if _from_dirty_tree(f, without_diff=True)]
     if no_diff:
-        names = ", ".join(f"{f.parent.parent.name}/{f.parent.name}" for f in no_diff[:8])
-        more = f" and {len(no_diff) - 8} more" if len(no_diff) > 8 else ""
         raise PublishError(
-            f"{len(no_diff)} cell(s) were evaluated from a checkout with uncommitted changes and "
-            f"their records hold no diff ({names}{more}): nothing says what code they ran; "
-            "commit and rerun them (--allow-dirty accepts only records that keep their diff)"
+            f"{_named(no_diff)} were evaluated from a checkout with uncommitted changes and "
+            "their records hold no diff: nothing says what code they ran; commit and rerun them "
+            "(--allow-dirty accepts only records that keep their diff)"
         )
     if dirty and not allow_dirty:
-        names = ", ".join(f"{f.parent.parent.name}/{f.parent.name}" for f in dirty[:8])
-        more = f" and {len(dirty) - 8} more" if len(dirty) > 8 else ""
         raise PublishError(
-            f"{len(dirty)} cell(s) were evaluated from a checkout with uncommitted changes "
-            f"({names}{more}): commit and rerun them, or publish with --allow-dirty (their "
-            "records keep the diff they ran with)"
+            f"{_named(dirty)} were evaluated from a checkout with uncommitted changes: commit "
+            "and rerun them, or publish with --allow-dirty (their records keep the diff they "
+            "ran with)"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -124,6 +120,13 @@ def publish(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _named(cell_files: Sequence[Path]) -> str:
+    """``"N cell(s) (sweep/job, ...)"``: the first eight named."""
+    names = ", ".join(f"{f.parent.parent.name}/{f.parent.name}" for f in cell_files[:8])
+    more = f" and {len(cell_files) - 8} more" if len(cell_files) > 8 else ""
+    return f"{len(cell_files)} cell(s) ({names}{more})"
 
 
 class PublishError(RuntimeError):
