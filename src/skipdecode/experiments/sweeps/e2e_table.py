@@ -27,7 +27,7 @@ from ...io import read_json_or_none, write_json_atomic, write_text_atomic
 from ...paths import cache_dir
 from .cell_outputs import cell_generations
 from .seeds import SEED_GROUP, mean_ci95
-from .table import collect, csv_text
+from .table import collect, csv_text, write_each
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         require_java("skipdecode.experiments.sweeps.e2e_table")
     except ValueError as e:
         p.error(str(e))
-    for folder in args.folders:
-        if not folder.is_dir():
-            p.error(f"folders: {str(folder)!r} is not a directory")
-        paths = write_e2e_suite(folder)
-        print(f"{folder}: " + (", ".join(map(str, paths.values())) if paths else "no E2E cells"))
+    write_each(p, args.folders, write_e2e_suite, "no E2E cells")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from .table import QUALITY, SPEEDS, num
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SEED_GROUP", "cell_generations", "mean_ci95", "summarize_seeds"]
+__all__ = ["SEED_GROUP", "cell_generations", "mean_ci95", "results_order", "summarize_seeds"]
 
 #: The labels that make cells seeds of one results row.
 SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
@@ -161,14 +161,17 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if key[3] != "full" and baselines:
             row.update(_deltas(ok, baselines))
         results.append(row)
-    return sorted(
-        results,
-        key=lambda r: (
-            str(r.get("dataset")),
-            str(r.get("model")),
-            r.get("method") != "full",
-            num(r.get("target_speedup")) or 0.0,
-            str(r.get("method")),
-            str(r.get("schedule")),
-        ),
+    return sorted(results, key=results_order)
+
+
+def results_order(row: Mapping[str, Any]) -> tuple:
+    """The order of results rows: dataset, model, full first, then target speedup, method,
+    schedule."""
+    return (
+        str(row.get("dataset")),
+        str(row.get("model")),
+        row.get("method") != "full",
+        num(row.get("target_speedup")) or 0.0,
+        str(row.get("method")),
+        str(row.get("schedule")),
     )

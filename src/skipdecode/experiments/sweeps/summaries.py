@@ -36,8 +36,8 @@ from ...evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
 from ...evaluation.metrics.text import ROUGE_CONVENTIONS, rouge
 from ...io import read_json_or_none, write_text_atomic
 from .cell_outputs import cell_generations
-from .seeds import SEED_GROUP, mean_ci95
-from .table import collect, csv_text, num
+from .seeds import SEED_GROUP, mean_ci95, results_order
+from .table import collect, csv_text, num, write_each
 
 log = logging.getLogger(__name__)
 
@@ -181,17 +181,7 @@ def summary_rows(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if key[3] != "full" and full:
             row.update(_paired_deltas(members, full))
         rows.append(row)
-    return sorted(
-        rows,
-        key=lambda r: (
-            str(r["dataset"]),
-            str(r["model"]),
-            r["method"] != "full",
-            num(r.get("target_speedup")) or 0.0,
-            str(r["method"]),
-            str(r["schedule"]),
-        ),
-    )
+    return sorted(rows, key=results_order)
 
 
 def _interval(value: Any, bounds: Any, metric: str, sign: bool = False) -> str:
@@ -332,11 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("folders", nargs="+", type=Path, help="results folders (published or sweeps)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for folder in args.folders:
-        if not folder.is_dir():
-            p.error(f"folders: {str(folder)!r} is not a directory")
-        paths = write_summaries(folder)
-        print(f"{folder}: " + (", ".join(map(str, paths.values())) if paths else "no cells"))
+    write_each(p, args.folders, write_summaries, "no cells")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "csv_text",
     "format_markdown",
     "format_results_markdown",
+    "write_each",
     "write_tables",
     "num",
 ]
@@ -353,3 +354,18 @@ def write_tables(
     write_text_atomic(paths["csv"], csv_text(results, RESULT_COLUMNS))
     write_text_atomic(paths["markdown"], format_results_markdown(results))
     return paths
+
+
+def write_each(
+    parser: Any,
+    folders: Sequence[Path],
+    write: Callable[[Path], Mapping[str, Path] | None],
+    nothing: str,
+) -> None:
+    """A page command over results folders: each one's ``write``, printing what it wrote (or
+    ``nothing``); a folder that does not exist is refused by the ``parser`` (argparse)."""
+    for folder in folders:
+        if not folder.is_dir():
+            parser.error(f"folders: {str(folder)!r} is not a directory")
+        paths = write(folder)
+        print(f"{folder}: " + (", ".join(map(str, paths.values())) if paths else nothing))
