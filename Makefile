@@ -180,11 +180,14 @@ GPU_DEVICE ?= cuda
 GPU_SHAPES = $(if $(filter paper,$(SIZES)),opt-1.3b opt-6.7b,$(if $(filter tiny,$(SIZES)),tiny,smollm2-135m))
 GPU_DTYPE = $(if $(filter cuda,$(GPU_DEVICE)),bfloat16,float32)
 GPU_OUT = $(if $(filter cuda,$(GPU_DEVICE)),results/bench,outputs/bench)
+# the lossless rows: SmolLM2's trained 10-layer draft's tokens per round (CPU) over the GPU's
+# round cost; the tiny dry run drafts 4 of its 8 layers (no acceptance: ms per round)
+GPU_LOSSLESS = $(if $(filter paper,$(SIZES)),,$(if $(filter tiny,$(SIZES)),--lossless-ks 2 3 --draft-budget 4,--lossless-ks 2 3 --draft-budget 10 --acceptance results/bench/speculative-budgets-b10.json))
 
-bench-gpu: $(STAMP) ## Decode on the CUDA-graph path beside compiled generate (bf16, random weights, batch 1/8/32, 10 repeats, both floors; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-SIZES
+bench-gpu: $(STAMP) ## Decode on the CUDA-graph path beside compiled generate and the lossless rounds (bf16, random weights, batch 1/8/32, 10 repeats, both floors; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-SIZES
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 8 32 --prompt-len 32 \
 		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs \
-		--dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)
+		$(GPU_LOSSLESS) --dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \

@@ -71,3 +71,39 @@ def test_provenance_git_commit_and_dirty(tmp_path):
 def test_provenance_outside_git(tmp_path):
     info = provenance(tmp_path)["git"]
     assert info["commit"] is None
+
+
+def test_a_copy_without_git_is_recorded_from_its_commit_manifest(tmp_path, monkeypatch):
+    """A device machine gets the working tree without .git: the manifest written from the
+    clean commit here says which commit the copy runs, clean while every file matches, dirty
+    (with the files that differ and no diff, so publishing refuses) once one does not."""
+    from skipdecode.manifest import write_manifest
+    from skipdecode.provenance import _git_info, diff_missing
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (repo / "src" / "a.py").write_text("A = 1\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "c"], check=True)
+    manifest = write_manifest(repo, tmp_path / "tree.json")
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert manifest["commit"] == head and set(manifest["files"]) == {"pyproject.toml", "src/a.py"}
+
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns(".git"))
+    monkeypatch.setenv("SKIPDECODE_TREE_MANIFEST", str(tmp_path / "tree.json"))
+    info = _git_info(copy / "src")
+    assert info["commit"] == head and info["dirty"] is False and info["root"] == str(copy)
+    (copy / "src" / "a.py").write_text("A = 2\n")
+    info = _git_info(copy / "src")
+    assert info["dirty"] is True and info["changed"] == ["src/a.py"]
+    assert diff_missing({"git": info})
+
+    (repo / "src" / "a.py").write_text("A = 3\n")  # a manifest describes a commit
+    with pytest.raises(ValueError, match="uncommitted changes"):
+        write_manifest(repo, tmp_path / "again.json")

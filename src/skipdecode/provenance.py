@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .manifest import MANIFEST_ENV, check_manifest
+
 __all__ = [
     "PROVENANCE_PACKAGES",
     "PROVENANCE_ENV",
@@ -58,6 +60,7 @@ PROVENANCE_ENV: tuple[str, ...] = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "CUBLAS_WORKSPACE_CONFIG",
+    "SKIPDECODE_TREE_MANIFEST",
 )
 
 
@@ -82,6 +85,9 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
         here = here.parent
     root = _git(["rev-parse", "--show-toplevel"], here)
     if root is None:
+        manifest = os.environ.get(MANIFEST_ENV)
+        if manifest:  # a copy of a checkout without its git directory (skipdecode.manifest)
+            return check_manifest(Path(manifest), _checkout_of(here))
         return {"commit": None, "dirty": None, "branch": None, "root": None}
     status = _git(["status", "--porcelain", "--untracked-files=no"], Path(root))
     info = {
@@ -95,6 +101,14 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
         info["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
         info["diff"] = diff if len(diff) <= MAX_DIFF_CHARS else None  # too large: hash only
     return info
+
+
+def _checkout_of(here: Path) -> Path:
+    """The checkout above ``here``: the folder holding pyproject.toml (else ``here``)."""
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return here
 
 
 class ProvenanceError(RuntimeError):

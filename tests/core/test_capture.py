@@ -1,10 +1,11 @@
-"""The CUDA-graph mode's preconditions, checked on a CPU (no graph is replayed here):
-``DecodeOptions(compile="reduce-overhead")`` keeps its caches in a pool at fixed addresses
-marked static, a second decode call compiles nothing and writes the same buffers, every tensor a
-step mutates is one of those static buffers (inductor keeps CUDA graphs only for such steps), a
-step makes no host sync, the graphs compile whole (``fullgraph=True``), and greedy tokens equal
-the eager path's for the full model, a static 2x plan, a linear schedule and the lossless mode
-(rows leaving at EOS, the batch compacted)."""
+"""The CUDA-graph mode, checked on a CPU, where each recorded step is called on its static
+buffers instead of replayed (``core.graphs``): ``DecodeOptions(compile="reduce-overhead")`` keeps
+its caches in a pool at fixed addresses, records each layer's step once per shape, and a second
+decode call compiles and records nothing and writes the same buffers; every tensor a layer step
+writes is one of the pool's cache buffers; a step makes no host sync; the graphs compile whole (``fullgraph=True``); a cache not from the pool is
+refused; and greedy tokens equal the eager path's for the full model, a static 2x plan, a linear
+schedule, one graph per layer set, and the lossless mode (rows leaving at EOS, the batch
+compacted)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tiny_models import PAD, left_padded_batch, tiny_llama
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from skipdecode.core import compiled as compiled_module
+from skipdecode.core.cache import StaticKVCache
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.pool import CachePool
 from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
@@ -44,8 +46,9 @@ def _addresses(cache) -> list[int]:
 def test_capture_off_a_gpu_the_mode_says_so_and_keeps_the_pool(caplog):
     with caplog.at_level(logging.WARNING, logger="skipdecode.core.engine"):
         dec = SkipDecoder(tiny_llama(2), compile="reduce-overhead")
-    assert "need a CUDA device; on cpu the decode passes compile without them" in caplog.text
+    assert "need a CUDA device; on cpu each recorded step is called on its static" in caplog.text
     assert isinstance(dec.pool, CachePool) and dec.compiled.mode == "default"
+    assert dec.compiled.recorder is not None and dec.compiled.recorder.stream is None
     assert SkipDecoder(tiny_llama(2), compile=True).pool is None
 
 
@@ -57,15 +60,35 @@ def test_capture_greedy_tokens_equal_eager_and_a_second_call_compiles_nothing(de
         out = graphs.generate(ids, schedule, NEW, mask, eos_token_id=[])
         assert out.stats.compiled and torch.equal(out.generated_ids, ref.generated_ids), name
     compiled, pool = graphs.compiled, graphs.pool
-    seconds, seen = compiled.compile_seconds, set(compiled._seen)
+    seconds, seen, captures = compiled.compile_seconds, set(compiled._seen), compiled.captures
+    assert captures == 6 + 1  # every layer's step of the one pass shape, and the head
     first = _addresses(pool.cache(*pool.shapes[0]))
-    for schedule in _schedules().values():  # every plan again: nothing compiles
+    for schedule in _schedules().values():  # every plan again: nothing compiles or records
         graphs.generate(ids, schedule, NEW, mask, eos_token_id=[])
     assert compiled.compile_seconds == seconds and compiled._seen == seen
+    assert compiled.captures == captures
     assert len(pool.shapes) == 1 and _addresses(pool.cache(*pool.shapes[0])) == first
     cache = pool.cache(*pool.shapes[0])
     assert all(t._dynamo_static_input_type for t in (*cache.keys, *cache.values))
     assert all(not bool(t.any()) for t in cache.keys)  # taken again: zeroed in place
+
+
+def test_capture_one_graph_per_layer_set_equals_eager_and_a_foreign_cache_is_refused():
+    model = tiny_llama(6)
+    eager = SkipDecoder(model)
+    plans = SkipDecoder(model, compile="reduce-overhead", compile_graph="plan")
+    ids, mask = left_padded_batch([5, 9, 3], seed=4)
+    schedule = linear_for_speedup(6, target_speedup=2, expected_length=NEW)
+    ref = eager.generate(ids, schedule, NEW, mask, eos_token_id=[])
+    out = plans.generate(ids, schedule, NEW, mask, eos_token_id=[])
+    assert torch.equal(out.generated_ids, ref.generated_ids)
+    sets = {layers for layers in out.active_layers}
+    assert plans.compiled.captures == len(sets) + 1  # one recording per layer set, one head
+    pooled = plans.new_cache(3, plans.pool.shapes[0][1])
+    foreign = StaticKVCache(6, 3, *plans.adapter.kv_shape, pooled.capacity, torch.float32, "cpu")
+    plans.new_cache = lambda batch, capacity: foreign
+    with pytest.raises(RuntimeError, match="not the ones its CUDA graph was recorded with"):
+        plans.generate(ids, schedule, NEW, mask, eos_token_id=[])
 
 
 def test_capture_the_lossless_mode_equals_the_full_model_through_compaction(decoders):

@@ -373,19 +373,58 @@ def test_decode_bench_refuses_plan_graphs_without_compile(tmp_path, capsys):
 
 def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_timed(tmp_path):
     """``--cuda-graphs`` (the dry run of make bench-gpu on a CPU): the ``-graphs`` variants
-    beside the compiled ones, warmed up twice, and the cell reports the graphs compiled while
-    timed (none) and the CUDA-graph skips (a CPU has no graphs: counted, not hidden)."""
+    beside the compiled ones (the eager path times the full schedule only), warmed up twice;
+    the cell reports the graphs compiled and recorded while timed (none), the CUDA-graph skips
+    (a CPU has no graphs: counted, not hidden), and each graph variant's tokens against the
+    compiled path's; the lossless rows time a round (no acceptance given: no time per token)
+    and equal the full model's tokens."""
     main(
-        ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "4",
-         "--repeats", "1", "--speedups", "2", "--cuda-graphs", "--no-floor",
+        ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "6",
+         "--repeats", "1", "--speedups", "2", "--cuda-graphs", "--no-floor", "--compile",
+         "--lossless-ks", "2", "--draft-budget", "4",
          "--no-transformers", "--out", str(tmp_path), "--name", "graphs"]
     )  # fmt: skip
     (cell,) = json.loads((tmp_path / "graphs.json").read_text())["cells"]
-    graphs = cell["variants"]["skipdecode-2x-graphs"]
+    rows = cell["variants"]
+    assert "skipdecode-2x" not in rows and "skipdecode-full" in rows
+    graphs = rows["skipdecode-2x-graphs"]
     assert graphs["compiled"] and graphs["layers_per_token"] == pytest.approx(
-        cell["variants"]["skipdecode-2x"]["layers_per_token"]
+        rows["skipdecode-2x-compiled"]["layers_per_token"]
     )
-    assert cell["graphs_compiled_while_timed"] == 0 and cell["cudagraph_skips"] >= 0
+    assert graphs["tokens_equal"] == "skipdecode-2x-compiled" and graphs["tokens_equal_reference"]
+    lossless = rows["lossless-k2-b4-graphs"]
     assert (
-        "| graphs compiled while timed | CUDA-graph skips |" in (tmp_path / "graphs.md").read_text()
+        lossless["tokens_equal"] == "skipdecode-full-graphs" and lossless["tokens_equal_reference"]
     )
+    assert lossless["ms_per_round"] > 0 and lossless["decode_ms_per_step"] is None
+    assert cell["graphs_compiled_while_timed"] == 0 and cell["cudagraph_skips"] >= 0
+    assert cell["graphs_recorded_while_timed"] == 0 and cell["failed"] == {}
+    table = (tmp_path / "graphs.md").read_text()
+    assert "| CUDA-graph skips | graphs recorded while timed | failed |" in table
+    assert "ms a round (no --acceptance" in table
+
+
+def test_bench_lossless_time_per_token_from_the_cpu_acceptance_record(tmp_path):
+    """The lossless rows divide the GPU's round by the trained draft's tokens per round from a
+    CPU record of the same draft size; a record of another size, or without a k, is refused."""
+    from skipdecode.experiments.benchmarks.bench_lossless import acceptance_of, lossless_rows
+
+    record = Path("results/bench/speculative-budgets-b10.json")
+    acc = acceptance_of(record, (2, 3), 10)
+    assert acc["tokens_per_verify"][2] == pytest.approx(2.166, abs=1e-3)
+    with pytest.raises(ValueError, match="draft_budget=10"):
+        acceptance_of(record, (2,), 8)
+    with pytest.raises(ValueError, match=r"k = \[7\]"):
+        acceptance_of(record, (2, 7), 10)
+    rows = {
+        "lossless-k2-b10-graphs": {
+            "decode_ms_per_step": 3.0, "decode_ms_q1": 2.9, "decode_ms_q3": 3.1,
+            "layers_per_token": 50.0, "tokens_per_s": 1.0,
+        }
+    }  # fmt: skip
+    lossless_rows(rows, acc)
+    r = rows["lossless-k2-b10-graphs"]
+    assert r["ms_per_round"] == 3.0 and r["decode_ms_per_step"] == pytest.approx(
+        3.0 / 2.166, abs=1e-3
+    )
+    assert "tokens_per_s" not in r and "measured on the CPU" in r["flag"]

@@ -46,6 +46,7 @@ from torch import nn
 
 from .adapters import DecoderAdapter
 from .cache import StaticKVCache
+from .graphs import Recorder, StaticHead, StaticPass
 from .matmul_forms import MATMUL_FORMS, MatmulForms, SmallBatchMatmul
 
 __all__ = [
@@ -133,6 +134,7 @@ class CompiledLayers:
         mode: str = "default",
         forms: MatmulForms = MATMUL_FORMS,
         graph: str = "layer",
+        cuda_graphs: bool = False,
     ):
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile mode {mode!r} is not allowed: choose one of {COMPILE_MODES}")
@@ -167,6 +169,14 @@ class CompiledLayers:
         self._kinds = [adapter.layer_kind(i) for i in range(adapter.num_layers)]
         self._seen: set[tuple] = set()
         self.compile_seconds = 0.0
+        # cuda_graphs: every step recorded once per shape and replayed (core.graphs); the
+        # compiled functions stay in the mode given (inductor records no graphs of its own)
+        self.recorder: Recorder | None = None
+        self._passes: dict[tuple[int, int, int], StaticPass] = {}
+        self._heads: dict[tuple[int, int], StaticHead] = {}
+        if cuda_graphs:
+            device = next(adapter.model.parameters()).device
+            self.recorder = Recorder(device)
 
     def _first(self, key: tuple, rows: int, weights: Sequence[torch.Tensor], fn, *args):
         """The first call for ``key`` (a layer kind or the head, and the shapes): the forms
@@ -197,6 +207,8 @@ class CompiledLayers:
         hidden."""
         B, T, _ = hidden.shape
         position = torch.arange(cache_position, cache_position + T, device=hidden.device)
+        if self.recorder is not None:
+            return self._run_recorded(hidden, kwargs, tuple(layers), cache, position, mask)
         if self.graph == "plan":
             return self._run_plan(hidden, kwargs, tuple(layers), cache, position, mask)
         adapter, step, seen = self.adapter, self._layer, self._seen
@@ -253,13 +265,81 @@ class CompiledLayers:
             return self._plan(*args)
         return self._first(key, B * T, self._weights(layers), self._plan, *args)
 
+    def _run_recorded(
+        self,
+        hidden: torch.Tensor,
+        kwargs: dict[str, Any],
+        layers: tuple[int, ...],
+        cache: StaticKVCache,
+        position: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """:meth:`run` on recorded steps (CUDA graphs on a GPU): the pass's inputs copied into
+        its shape's static buffers, then one replay per layer (or one for the layer set, with
+        ``graph="plan"``). The static hidden states it returns are overwritten by the next pass
+        of the same shape."""
+        B, T, _ = hidden.shape
+        shape = (B, T, cache.capacity)
+        static = self._passes.get(shape)
+        if static is None:
+            static = self._passes[shape] = StaticPass(hidden, kwargs, position, mask)
+        static.load(hidden, kwargs, position, mask)
+        units = [layers] if self.graph == "plan" else [(i,) for i in layers]
+        assert self.recorder is not None
+        for unit in units:
+            buffers = tuple(t for i in unit for t in cache.claim(i, T))
+            step = functools.partial(self._static_step, static, unit, buffers)
+            args = (unit, buffers, step, self.recorder)
+            if unit in static.steps:
+                static.replay(*args)
+            else:  # recorded now: compiling (first of its kind) and recording are not decoding
+                self._first(
+                    ("recorded", unit, shape), B * T, self._weights(unit), static.replay, *args
+                )
+        return static.hidden
+
+    def _static_step(
+        self, static: StaticPass, unit: tuple[int, ...], buffers: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        """The compiled layer step (or plan) of ``unit`` on the static inputs of one shape."""
+        adapter = self.adapter
+        if len(unit) == 1:
+            (i,) = unit
+            return self._layer(
+                self._modules[i], static.hidden, buffers[0], buffers[1], static.position,
+                static.mask, adapter._layer_call_kwargs(i, static.kwargs), adapter._cache_kwarg,
+            )  # fmt: skip
+        return self._plan(
+            tuple(self._modules[i] for i in unit), static.hidden, buffers[0::2], buffers[1::2],
+            static.position, static.mask,
+            tuple(adapter._layer_call_kwargs(i, static.kwargs) for i in unit), adapter._cache_kwarg,
+        )  # fmt: skip
+
+    @property
+    def captures(self) -> int:
+        """Steps recorded so far (CUDA graphs on a GPU); 0 without recording."""
+        return 0 if self.recorder is None else self.recorder.captures
+
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """The compiled head (final norm, LM head): logits ``(B, T, V)``."""
+        if self.recorder is not None:
+            return self._recorded_head(hidden)
         key = ("head", *hidden.shape)
         if key in self._seen:
             return self._head(hidden)
         rows, weight = hidden.shape[0] * hidden.shape[1], self.adapter.lm_head.weight
         return self._first(key, rows, [weight], self._head, hidden)
+
+    def _recorded_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head replayed from its recording for ``hidden``'s shape (recorded on first use)."""
+        assert self.recorder is not None
+        B, T, _ = hidden.shape
+        head = self._heads.get((B, T))
+        if head is not None:
+            return head(hidden)
+        head = self._heads[(B, T)] = StaticHead(self._head, self.recorder)
+        key = ("recorded head", B, T)
+        return self._first(key, B * T, [self.adapter.lm_head.weight], head, hidden)
 
     def subset_head(
         self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None

@@ -65,21 +65,26 @@ class SkipDecoder:
         # graph per layer kind or per layer set (compile_graph="plan"); prefill runs eager.
         self.compiled: CompiledLayers | None = None
         mode = self.options.compile_mode
-        # CUDA graphs: the caches come from a pool at fixed addresses (core.pool), kept across
-        # calls; off a GPU there is no graph to replay, so the passes compile without one
+        # CUDA graphs: every decode step is recorded once per shape and replayed (core.graphs),
+        # on caches from a pool at fixed addresses kept across calls (core.pool); the compiled
+        # functions themselves compile in the default mode
         self.pool: CachePool | None = None
         if self.options.cuda_graphs:
             kv_heads, head_dim = self.adapter.kv_shape
             self.pool = CachePool(self.num_layers, kv_heads, head_dim, self.dtype, self.device)
+            mode = "default"
             if self.device.type != "cuda":
                 log.warning(
-                    "compile=%r replays CUDA graphs, which need a CUDA device; on %s the decode "
-                    "passes compile without them (mode 'default'), on the same cache pool",
-                    mode, self.device.type,
+                    "compile=%r replays CUDA graphs, which need a CUDA device; on %s each "
+                    "recorded step is called on its static buffers instead (the same results, "
+                    "no graph), on the same cache pool",
+                    self.options.compile, self.device.type,
                 )  # fmt: skip
-                mode = "default"
         if mode is not None:
-            self.compiled = CompiledLayers(self.adapter, mode, graph=self.options.compile_graph)
+            self.compiled = CompiledLayers(
+                self.adapter, mode, graph=self.options.compile_graph,
+                cuda_graphs=self.options.cuda_graphs,
+            )  # fmt: skip
         self.paces = PaceBook()  # the lossless mode's auto_off verdicts, kept across calls
 
     @property

@@ -21,6 +21,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,8 @@ from ...core.options import CUDA_GRAPH_MODE
 from ...models.shapes import SHAPES, build_random_model, device_name, random_prompts
 from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
+from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
+from .bench_speedups import derive_speedups, flag_batches, reference_of
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,
@@ -42,7 +45,7 @@ from .bench_tables import (
     train_table,
     write_bench,
 )
-from .bench_timing import cudagraph_skips, quartiles, timed, with_compile
+from .bench_timing import cudagraph_skips, quartiles, timed, warm_up
 from .bench_training import bench_train
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
@@ -67,6 +70,9 @@ def bench_decode(
     limits: DeviceLimits | None = None,
     plan_graphs: bool = False,
     cuda_graphs: bool = False,
+    lossless_ks: tuple[int, ...] = (),
+    draft_budget: int = 10,
+    acceptance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median (and quartiles) of
     ``repeats``. ``compile`` adds transformers' compiled ``generate`` (static cache) and the
@@ -77,8 +83,13 @@ def bench_decode(
     device's measured bandwidth and peak, for each variant's floor. ``cuda_graphs`` adds the
     CUDA-graph path (``-graphs``: ``compile="reduce-overhead"``, caches in a pool at fixed
     addresses) for the full and every schedule, warms every variant up twice (a CUDA graph
-    records on its second call) and reports the CUDA-graph skips and the graphs compiled while
-    timed (both must be 0)."""
+    records on its second call) and reports the CUDA-graph skips, the graphs compiled and the
+    graphs recorded while timed (all must be 0), and whether each variant's tokens equal its
+    reference's (the compiled path's for the same schedule); the eager path then times the full
+    schedule only (its reference and cost split). ``lossless_ks`` (with ``cuda_graphs``): the
+    lossless mode's rounds on the CUDA-graph path, a constant draft of ``draft_budget`` layers,
+    their time per token from ``acceptance`` (:mod:`.bench_lossless`). A variant that raises
+    while warming up is left out and its error recorded."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
     decoders = {"": SkipDecoder(model)}
@@ -104,6 +115,7 @@ def bench_decode(
             "compile_s": st.compile_seconds,
             "steps": st.decode_steps,
             "layers_per_token": st.layers_per_token,
+            "generated": out.generated_ids,
         }
 
     def run_hf(compiled: bool) -> dict[str, float]:
@@ -125,14 +137,25 @@ def bench_decode(
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
     for suffix, decoder in decoders.items():
         for name, sched in schedules.items():
-            if suffix != "-compiled-plan" or name == "skipdecode-full":
-                variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
+            if suffix == "-compiled-plan" or (suffix == "" and cuda_graphs):
+                if name != "skipdecode-full":
+                    continue
+            variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
+    if cuda_graphs and lossless_ks:
+        variants.update(
+            lossless_variants(
+                decoders["-graphs"], ids, mask, new_tokens, lossless_ks, draft_budget,
+                reference="skipdecode-full-graphs",
+            )
+        )  # fmt: skip
 
     skips = cudagraph_skips()
-    warm = {name: fn() for name, fn in variants.items()}  # warm-up: compiles
-    if cuda_graphs:  # a CUDA graph records on the second call: not in the timed ones
-        warm = {name: with_compile(warm[name], fn()) for name, fn in variants.items()}
+    warm, failed = warm_up(variants, twice=cuda_graphs)  # compiles (and records graphs)
+    recorded = sum(d.compiled.captures for d in decoders.values() if d.compiled is not None)
     samples, compiled_while_timed = timed(variants, repeats)
+    recorded = (
+        sum(d.compiled.captures for d in decoders.values() if d.compiled is not None) - recorded
+    )
 
     rows: dict[str, dict[str, Any]] = {}
     for name, runs in samples.items():
@@ -151,6 +174,12 @@ def bench_decode(
             "layers_per_token": runs[0]["layers_per_token"],
             "compiled": name.endswith(COMPILED_SUFFIXES),
         }
+        reference = warm[name].get("reference") or reference_of(name)
+        if reference in warm and "generated" in warm[name]:
+            rows[name]["tokens_equal"] = reference
+            rows[name]["tokens_equal_reference"] = torch.equal(
+                warm[name]["generated"], warm[reference]["generated"]
+            )
         if name.endswith(COMPILED_SUFFIXES):  # the warm-up call's compiling, apart from decoding
             w = warm[name]
             steady = statistics.median(r.get("wall_s", 0.0) for r in runs)
@@ -164,9 +193,12 @@ def bench_decode(
         if suffix != "-compiled-plan"  # its layers are one graph: no split between them
     }
     split = splits[""]
-    _derive_speedups(rows, schedules, splits, L, with_transformers)
+    lossless_rows(rows, acceptance)
+    derive_speedups(rows, schedules, splits, L, with_transformers)
     if limits is not None:
         for r in rows.values():
+            if r["decode_ms_per_step"] is None:
+                continue
             floor = step_floor_seconds(
                 dec.adapter, r["layers_per_token"], batch_size, prompt_len + new_tokens, limits
             )
@@ -181,6 +213,9 @@ def bench_decode(
         "shape": shape,
         "cudagraph_skips": cudagraph_skips() - skips,
         "graphs_compiled_while_timed": compiled_while_timed,
+        "graphs_recorded_while_timed": recorded if cuda_graphs else None,
+        "failed": failed,
+        "acceptance": acceptance if lossless_ks else None,
         "num_layers": L,
         "batch_size": batch_size,
         "prompt_len": prompt_len,
@@ -210,63 +245,6 @@ def bench_decode(
         "matmul_forms": None if not compile else decoders["-compiled"].compiled.forms.table(),
         "plan_graphs": compile and plan_graphs,
     }
-
-
-def _derive_speedups(
-    rows: dict[str, dict[str, Any]],
-    schedules: dict[str, StaticSchedule],
-    splits: dict[str, dict[str, float]],
-    L: int,
-    with_transformers: bool,
-) -> None:
-    """Each schedule's theoretical, measured and ideal speedup over the full schedule of its
-    own path (eager over eager, compiled over compiled), the ideal from that path's own cost
-    split, and the speedup over the optimized peer. A measured speedup above the theoretical
-    one, or above the ideal one (efficiency above 1), is flagged."""
-    for suffix, split in splits.items():
-        full = rows[f"skipdecode-full{suffix}"]["decode_ms_per_step"] / 1000
-        other = min(split["non_layer_s"], full)
-        per_layer = (full - other) / L
-        for name, sched in schedules.items():
-            r = rows[name + suffix]
-            m = r["layers_per_token"]
-            r["theoretical_speedup"] = L / m
-            r["measured_speedup"] = full / (r["decode_ms_per_step"] / 1000)
-            r["ideal_speedup"] = full / (other + m * per_layer)
-            r["efficiency"] = r["measured_speedup"] / r["ideal_speedup"]
-            r["schedule"] = sched.describe()
-            flags = []
-            if r["measured_speedup"] > r["theoretical_speedup"] * 1.02:
-                flags.append("measured above theoretical")
-            if r["efficiency"] > 1.02:
-                flags.append("measured above ideal")
-            if flags:
-                r["flag"] = "; ".join(flags)
-    if not with_transformers:
-        return
-    for peer in ("transformers-generate", "transformers-generate-compiled"):
-        if peer not in rows:
-            continue
-        t = rows[peer]["decode_ms_per_step"]
-        for r in rows.values():
-            r[f"speedup_vs_{peer.replace('-', '_')}"] = t / r["decode_ms_per_step"]
-
-
-def flag_batches(cells: list[dict[str, Any]]) -> None:
-    """Flag a variant whose ms per step at some batch exceeds its ms per step at a larger
-    batch of the same shape (a smaller batch should never be slower per step)."""
-    by_shape: dict[str, list[dict[str, Any]]] = {}
-    for c in cells:
-        by_shape.setdefault(c["shape"], []).append(c)
-    for group in by_shape.values():
-        group.sort(key=lambda c: c["batch_size"])
-        for i, small in enumerate(group):
-            for big in group[i + 1 :]:
-                for name, r in small["variants"].items():
-                    other = big["variants"].get(name)
-                    if other and r["decode_ms_per_step"] > other["decode_ms_per_step"]:
-                        note = f"slower per step than batch {big['batch_size']}"
-                        r["flag"] = "; ".join(x for x in (r.get("flag"), note) if x)
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,6 +279,22 @@ def _parser() -> argparse.ArgumentParser:
         "says so",
     )
     p.add_argument(
+        "--lossless-ks",
+        nargs="+",
+        type=int,
+        default=[],
+        help="with --cuda-graphs: the lossless mode's rounds on the CUDA-graph path at these k "
+        "(a constant draft of --draft-budget layers; per-token time from --acceptance)",
+    )
+    p.add_argument("--draft-budget", type=int, default=10, help="the lossless rows' draft layers")
+    p.add_argument(
+        "--acceptance",
+        type=Path,
+        default=None,
+        help="a lossless-mode benchmark record (python -m skipdecode.experiments.benchmarks."
+        "bench_speculative --draft-budget B) of a trained draft: its tokens per verify at each k",
+    )
+    p.add_argument(
         "--no-floor", action="store_true", help="skip measuring the device's bandwidth and peak"
     )
     add_run_options(p, name=None)
@@ -318,6 +312,17 @@ def main(argv: list[str] | None = None) -> None:
         if b < 1:
             p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
     plan_graphs = decode_options_of(p, args).compile_graph == "plan"
+    lossless_ks = tuple(args.lossless_ks)
+    if lossless_ks and not args.cuda_graphs:
+        p.error(f"--lossless-ks {list(lossless_ks)} needs --cuda-graphs (the rows time its path)")
+    if any(k < 1 for k in lossless_ks):
+        p.error(f"--lossless-ks: {list(lossless_ks)} is not allowed (each k must be >= 1)")
+    acceptance = None
+    if args.acceptance is not None and lossless_ks:
+        try:
+            acceptance = acceptance_of(args.acceptance, lossless_ks, args.draft_budget)
+        except (OSError, ValueError, KeyError) as e:
+            p.error(str(e))
 
     dtype = getattr(torch, args.dtype)
     limits = None
@@ -343,9 +348,16 @@ def main(argv: list[str] | None = None) -> None:
                     limits=limits,
                     plan_graphs=plan_graphs,
                     cuda_graphs=args.cuda_graphs,
+                    lossless_ks=lossless_ks,
+                    draft_budget=args.draft_budget,
+                    acceptance=acceptance,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)
+                # every finished cell written (whole), so a run cut short keeps what it measured
+                stem = args.name or f"{args.mode}-{args.device}"
+                partial = {"mode": args.mode, "args": vars(args), "cells": cells, "partial": True}
+                write_bench(args.out, stem, partial, decode_table(cells), started, quiet=True)
             del model
         else:
             for b in args.batch_sizes:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ...core.options import DecodeOptions, DecodeOptionsError
-from ...io import write_json_atomic
+from ...io import write_json_atomic, write_text_atomic
 from ...provenance import ProvenanceError, provenance, require_recorded_diff
 
 __all__ = [
@@ -91,16 +91,19 @@ def write_bench(
     payload: dict[str, Any],
     table: str,
     started: dict[str, Any] | None = None,
+    quiet: bool = False,
 ) -> None:
     """``<out>/<stem>.json`` (``payload`` with the arguments as strings and the provenance) and
     ``<out>/<stem>.md`` (``table``); prints the table and where they went. ``started``: the
     provenance taken when the run began (a long run's code is the one it imported then, whatever
-    was committed while it ran); without it, the provenance now."""
+    was committed while it ran); without it, the provenance now. ``quiet``: print nothing."""
     out.mkdir(parents=True, exist_ok=True)
     payload = dict(payload)
     payload["args"] = {k: str(v) for k, v in (payload.get("args") or {}).items()}
     write_json_atomic(out / f"{stem}.json", {**payload, "provenance": started or provenance()})
-    (out / f"{stem}.md").write_text(table)
+    write_text_atomic(out / f"{stem}.md", table)
+    if quiet:
+        return
     print(table)
     print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")
 
@@ -114,8 +117,8 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
     head = (
         "| shape | batch | variant | prefill ms | decode ms/step [IQR] | x bandwidth floor | "
         "x compute floor | tok/s | theor. | measured | ideal | efficiency | vs compiled generate "
-        "| compile s | flag |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| compile s | tokens = reference | flag |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for c in cells:
@@ -134,15 +137,15 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
                 f"{f('tokens_per_s', '{:.1f}')} | {f('theoretical_speedup')} | "
                 f"{f('measured_speedup')} | {f('ideal_speedup')} | {f('efficiency')} | "
                 f"{f('speedup_vs_transformers_generate_compiled')} | {f('compile_s', '{:.1f}')} | "
-                f"{r.get('flag', '')} |"
+                f"{_tokens_equal(r)} | {r.get('flag', '')} |"
             )
     split = [
         "",
         "| shape | batch | full step ms | outside layers ms | LM head ms | outside layers % | "
         "overhead (excl. head) % | compiled: outside layers / head ms | bandwidth floor (full) ms "
         "| compute floor (full) ms | bandwidth GB/s | peak TFLOP/s | graphs compiled while timed "
-        "| CUDA-graph skips |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| CUDA-graph skips | graphs recorded while timed | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         s = c["cost_split"]
@@ -161,8 +164,17 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
             + (f"{lim['bandwidth_gb_s']:.1f} | {lim['peak_tflops']:.2f} |" if lim else " |  |")
             + f" {cell_text(c.get('graphs_compiled_while_timed'), '{}')} |"
             + f" {cell_text(c.get('cudagraph_skips'), '{}')} |"
+            + f" {cell_text(c.get('graphs_recorded_while_timed'), '{}')} |"
+            + f" {'; '.join(f'{k}: {v}' for k, v in (c.get('failed') or {}).items())} |"
         )
     return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"
+
+
+def _tokens_equal(row: dict[str, Any]) -> str:
+    """``yes``/``NO (reference)`` where a row was checked against a reference's tokens."""
+    if "tokens_equal_reference" not in row:
+        return ""
+    return "yes" if row["tokens_equal_reference"] else f"NO ({row['tokens_equal']})"
 
 
 def train_table(cells: list[dict[str, Any]]) -> str:

@@ -4,9 +4,11 @@ declined CUDA graphs while a cell ran."""
 from __future__ import annotations
 
 import statistics
+import traceback
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["cudagraph_skips", "quartiles", "timed", "with_compile"]
+__all__ = ["cudagraph_skips", "quartiles", "timed", "warm_up", "with_compile"]
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -46,3 +48,23 @@ def timed(
         for name, fn in variants.items():
             samples[name].append(fn())
     return samples, int(counters["stats"]["unique_graphs"] - graphs)
+
+
+def warm_up(
+    variants: dict[str, Callable[[], dict[str, Any]]], twice: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each variant's warm-up call (it compiles), or two (``twice``: a CUDA graph records on the
+    second call), the second keeping the first's compile and wall time; a variant that raises is
+    removed from ``variants`` and its error kept: ``(warm-up results, errors)``."""
+    warm: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    for name, fn in list(variants.items()):
+        try:
+            warm[name] = fn()
+            if twice:
+                warm[name] = with_compile(warm[name], fn())
+        except Exception as e:  # noqa: BLE001 - one variant's failure is recorded, not fatal
+            failed[name] = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+            del variants[name]
+    return warm, failed
