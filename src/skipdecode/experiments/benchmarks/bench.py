@@ -73,6 +73,7 @@ def bench_decode(
     lossless_ks: tuple[int, ...] = (),
     draft_budget: int = 10,
     acceptance: dict[str, Any] | None = None,
+    compiled_generate: bool = True,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median (and quartiles) of
     ``repeats``. ``compile`` adds transformers' compiled ``generate`` (static cache) and the
@@ -133,7 +134,7 @@ def bench_decode(
     variants: dict[str, Callable[[], dict[str, float]]] = {}
     if with_transformers:
         variants["transformers-generate"] = lambda: run_hf(False)
-        if compile:
+        if compile and compiled_generate:
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
     for suffix, decoder in decoders.items():
         for name, sched in schedules.items():
@@ -288,6 +289,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draft-budget", type=int, default=10, help="the lossless rows' draft layers")
     p.add_argument(
+        "--no-compiled-generate",
+        dest="compiled_generate",
+        action="store_false",
+        help="with --compile: leave out transformers' compiled generate (eager generate stays)",
+    )
+    p.add_argument(
         "--acceptance",
         type=Path,
         default=None,
@@ -351,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
                     lossless_ks=lossless_ks,
                     draft_budget=args.draft_budget,
                     acceptance=acceptance,
+                    compiled_generate=args.compiled_generate,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)
