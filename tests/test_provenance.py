@@ -74,9 +74,10 @@ def test_provenance_outside_git(tmp_path):
 
 
 def test_a_copy_without_git_is_recorded_from_its_commit_manifest(tmp_path, monkeypatch):
-    """A device machine gets the working tree without .git: the manifest written from the
-    clean commit here says which commit the copy runs, clean while every file matches, dirty
-    (with the files that differ and no diff, so publishing refuses) once one does not."""
+    """A device machine gets the working tree (its .git, if any, may be stale): the manifest
+    written from the clean commit here says which commit the copy runs, clean while every file
+    matches, dirty (with the files that differ and no diff, so publishing refuses) once one does
+    not; set, it wins over a git directory in the copy."""
     from skipdecode.manifest import write_manifest
     from skipdecode.provenance import _git_info, diff_missing
 
@@ -103,6 +104,12 @@ def test_a_copy_without_git_is_recorded_from_its_commit_manifest(tmp_path, monke
     info = _git_info(copy / "src")
     assert info["dirty"] is True and info["changed"] == ["src/a.py"]
     assert diff_missing({"git": info})
+
+    stale = tmp_path / "stale"  # a copy whose .git is an older snapshot
+    shutil.copytree(repo, stale)
+    subprocess.run([*git, "-C", str(stale), "commit", "-q", "--amend", "-m", "other"], check=True)
+    info = _git_info(stale / "src")
+    assert info["commit"] == head and info["dirty"] is False
 
     (repo / "src" / "a.py").write_text("A = 3\n")  # a manifest describes a commit
     with pytest.raises(ValueError, match="uncommitted changes"):

@@ -1,6 +1,7 @@
-"""A commit's file manifest: what lets a copy of a checkout without its git directory (a device
-machine gets the working tree alone) say in its records which commit it runs, and whether any
-tracked file differs from it.
+"""A commit's file manifest: what lets a copy of a checkout say in its records which commit it
+runs, and whether any tracked file differs from it, without trusting the copy's git directory (a
+device machine gets the working tree, and a git directory there can be a stale snapshot: one
+recorded an earlier commit with a diff that left out the files added since).
 
     python -m skipdecode.manifest write .device/tree.json     # here, on a clean checkout
     SKIPDECODE_TREE_MANIFEST=.device/tree.json <command>      # there: provenance checks the copy
@@ -82,7 +83,7 @@ def check_manifest(manifest: Path, root: Path) -> dict[str, Any]:
         "dirty": bool(changed),
         "branch": m.get("branch"),
         "root": str(root),
-        "source": f"manifest {manifest} (the copy has no git directory)",
+        "source": f"manifest {manifest}",
     }
     if changed:  # no diff to keep: publishing refuses such a record
         info.update(changed=changed[:100], diff=None)

@@ -18,8 +18,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .manifest import MANIFEST_ENV, check_manifest
-
 __all__ = [
     "PROVENANCE_PACKAGES",
     "PROVENANCE_ENV",
@@ -83,11 +81,14 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     here = start or Path(__file__).resolve().parent
     if not here.is_dir():
         here = here.parent
+    from .manifest import MANIFEST_ENV, check_manifest  # here: `-m skipdecode.manifest` runs it
+
+    manifest = os.environ.get(MANIFEST_ENV)
+    if manifest:  # a copy of a checkout, checked against its commit's manifest (a git directory
+        # that travelled with the copy can be stale: the manifest names the commit sent)
+        return check_manifest(Path(manifest), _checkout_of(here))
     root = _git(["rev-parse", "--show-toplevel"], here)
     if root is None:
-        manifest = os.environ.get(MANIFEST_ENV)
-        if manifest:  # a copy of a checkout without its git directory (skipdecode.manifest)
-            return check_manifest(Path(manifest), _checkout_of(here))
         return {"commit": None, "dirty": None, "branch": None, "root": None}
     status = _git(["status", "--porcelain", "--untracked-files=no"], Path(root))
     info = {

@@ -1,0 +1,64 @@
+"""The GPU decode page and README's GPU table are written from the benchmark's records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from skipdecode.experiments.benchmarks.gpu_page import (
+    README_BLOCK,
+    gpu_page,
+    readme_table,
+    write_gpu_page,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_gpu_table_is_the_one_make_docs_writes():
+    readme = (ROOT / "README.md").read_text()
+    start, end = README_BLOCK
+    block = readme.split(start, 1)[1].split(end, 1)[0]
+    assert block == "\n" + readme_table(ROOT / "results" / "bench")
+
+
+def _cell(batch: int, full: float, peer: float, tokens_equal: bool) -> dict:
+    def row(ms: float, **extra) -> dict:
+        return {"decode_ms_per_step": ms, "bandwidth_floor_multiple": ms / 0.1, **extra}
+
+    return {
+        "shape": "s", "batch_size": batch, "cudagraph_skips": 0,
+        "graphs_compiled_while_timed": 0, "graphs_recorded_while_timed": 0,
+        "variants": {
+            "transformers-generate-compiled": row(peer),
+            "skipdecode-full-graphs": row(
+                full, speedup_vs_transformers_generate_compiled=peer / full,
+                tokens_equal="skipdecode-full-compiled", tokens_equal_reference=tokens_equal,
+            ),
+        },
+    }  # fmt: skip
+
+
+def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    assert "No CUDA-graph record yet" in gpu_page(bench)
+    record = {
+        "args": {"cuda_graphs": "True", "device": "cuda", "dtype": "bfloat16", "repeats": "10"},
+        "cells": [_cell(1, 2.0, 3.0, True), _cell(8, 4.0, 3.0, False)],
+        "provenance": {"git": {"commit": "abc", "dirty": False}, "device": {"device": "GPU"}},
+    }
+    (bench / "decode-gpu-smollm2.json").write_text(json.dumps(record))
+    (bench / "decode-gpu-cpu.json").write_text(json.dumps({**record, "args": {"device": "cpu"}}))
+    page = gpu_page(bench)
+    assert "decode-gpu-cpu" not in page  # only CUDA-graph records on a GPU
+    assert "skipdecode-full-graphs at batch 1: 1.50x (target 1.0x): met" in page
+    assert "skipdecode-full-graphs at batch 8: 0.75x (target 1.0x): missed" in page
+    assert "tokens differing from their reference at batch 8: skipdecode-full-graphs" in page
+    assert "| skipdecode-full-graphs | 2.00 ms, 20.0x floor, **1.50x** |" in page
+    start, end = README_BLOCK
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{start}\nold\n{end}\nrest\n")
+    assert "README" in write_gpu_page(tmp_path, readme)
+    assert readme.read_text() == f"intro\n{start}\n{readme_table(bench)}{end}\nrest\n"
+    assert (tmp_path / "bench" / "decode-gpu.md").read_text() == page
