@@ -1,4 +1,4 @@
-"""The GPU decode page, ``results/bench/decode-gpu.md``, and its table in README, written from
+"""The GPU decode page, ``results/bench/decode-gpu.md``, and README's GPU table, written from
 the CUDA-graph benchmark's records (``make bench-gpu``: ``results/bench/decode-gpu-*.json`` with
 ``--cuda-graphs`` on a CUDA device) by ``make docs``; never typed.
 
@@ -16,14 +16,9 @@ from typing import Any
 
 from ...io import write_text_atomic
 
-__all__ = ["GPU_PAGE", "README_BLOCK", "gpu_page", "readme_table", "write_gpu_page"]
+__all__ = ["GPU_PAGE", "gpu_page", "readme_table", "write_gpu_page"]
 
 GPU_PAGE = "bench/decode-gpu.md"
-#: The README block the headline GPU table is written into (between these two lines).
-README_BLOCK = (
-    "<!-- GPU decode table: written by make docs from results/bench/decode-gpu-smollm2.json -->",
-    "<!-- end of GPU decode table -->",
-)
 #: (variant, batch, the least speedup over compiled generate) the GPU issue asked for.
 TARGETS = (
     ("skipdecode-full-graphs", 1, 1.0),
@@ -166,17 +161,7 @@ def readme_table(bench: Path) -> str | None:
     return None
 
 
-def write_gpu_page(results: Path, readme: Path | None = None) -> str:
-    """Write the page and, where README has the block, its table; what was done."""
+def write_gpu_page(results: Path) -> str:
+    """Write the page; what was done."""
     write_text_atomic(results / GPU_PAGE, gpu_page(results / "bench"))
-    done = GPU_PAGE
-    table = readme_table(results / "bench")
-    if readme is not None and readme.is_file() and table is not None:
-        text = readme.read_text()
-        start, end = README_BLOCK
-        if start in text and end in text:
-            before, rest = text.split(start, 1)
-            _, after = rest.split(end, 1)
-            write_text_atomic(readme, f"{before}{start}\n{table}{end}{after}")
-            done += " and README's GPU table"
-    return done
+    return GPU_PAGE

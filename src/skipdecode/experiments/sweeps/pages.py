@@ -15,8 +15,9 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
 (``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
 and the E2E suite scores E2E cells only)
 
-then ``results/PROVENANCE.md`` (:mod:`.audit`) and the GPU decode page with README's table
-(:mod:`~skipdecode.experiments.benchmarks.gpu_page`). A part that cannot run here (no Java, no
+then ``results/PROVENANCE.md`` (:mod:`.audit`), the GPU decode page
+(:mod:`~skipdecode.experiments.benchmarks.gpu_page`) and README's generated tables
+(:mod:`.readme`). A part that cannot run here (no Java, no
 tokenizer) is skipped and said, never half-written. On a clean clone the committed pages are
 what this writes, so it leaves git clean; prose around the tables lives in ``docs/`` and cites
 these pages.
@@ -35,6 +36,7 @@ from ...io import write_text_atomic
 from ..benchmarks.gpu_page import write_gpu_page
 from .aggregate import aggregate
 from .audit import AUDIT_PAGE, audit_page
+from .readme import write_readme
 from .summaries import write_summaries
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,10 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
         done.append(f"{folder.name}: {', '.join(parts)}")
     write_text_atomic(results / AUDIT_PAGE, audit_page(results))
     done.append(f"{AUDIT_PAGE}: provenance of every record")
-    done.append(write_gpu_page(results, readme=results.resolve().parent / "README.md"))
+    done.append(write_gpu_page(results))
+    readme = results.resolve().parent / "README.md"
+    if readme.is_file():
+        done.append(write_readme(readme, results))
     return done
 
 

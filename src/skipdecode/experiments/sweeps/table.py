@@ -231,7 +231,7 @@ def num(x: Any) -> float | None:
     return None if math.isnan(v) else v
 
 
-def _fmt(key: str, value: Any) -> str:
+def format_value(key: str, value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -250,11 +250,11 @@ def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         "|" + "|".join("---" for _ in cols) + "|",
     ]
     for row in rows:
-        lines.append("| " + " | ".join(_fmt(c, row.get(c)) for c in cols) + " |")
+        lines.append("| " + " | ".join(format_value(c, row.get(c)) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _interval(row: Mapping[str, Any], metric: str, kind: str) -> str:
+def interval_text(row: Mapping[str, Any], metric: str, kind: str) -> str:
     """``mean [low, high]`` (kind ``mean``), ``+delta [low, high]`` (kind ``delta``: the two-level
     bootstrap) or ``+delta [low, high]`` with the t-interval over per-seed deltas (``seed``)."""
     stem = f"{metric}_mean" if kind == "mean" else f"{metric}_delta"
@@ -319,13 +319,13 @@ def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         cells = []
         for key, _ in columns:
             if key in QUALITY:
-                cells.append(_interval(row, key, "mean"))
+                cells.append(interval_text(row, key, "mean"))
             elif key.endswith("_delta"):
-                cells.append(_interval(row, key[: -len("_delta")], "delta"))
+                cells.append(interval_text(row, key[: -len("_delta")], "delta"))
             elif key.endswith("_delta_seed"):
-                cells.append(_interval(row, key[: -len("_delta_seed")], "seed"))
+                cells.append(interval_text(row, key[: -len("_delta_seed")], "seed"))
             else:
-                cells.append(_fmt(key, row.get(key)))
+                cells.append(format_value(key, row.get(key)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

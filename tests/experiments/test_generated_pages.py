@@ -1,25 +1,30 @@
-"""The GPU decode page and README's GPU table are written from the benchmark's records."""
+"""The GPU decode page and README's generated tables are written from committed records."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from skipdecode.experiments.benchmarks.gpu_page import (
-    README_BLOCK,
-    gpu_page,
-    readme_table,
-    write_gpu_page,
+from skipdecode.experiments.benchmarks.gpu_page import gpu_page, readme_table, write_gpu_page
+from skipdecode.experiments.sweeps.readme import (
+    BLOCKS,
+    block_markers,
+    headline_table,
+    readme_blocks,
+    write_readme,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_readme_gpu_table_is_the_one_make_docs_writes():
-    readme = (ROOT / "README.md").read_text()
-    start, end = README_BLOCK
-    block = readme.split(start, 1)[1].split(end, 1)[0]
-    assert block == "\n" + readme_table(ROOT / "results" / "bench")
+def test_readme_tables_are_the_ones_make_docs_writes():
+    """No number in README's tables is typed: each block equals what make docs writes."""
+    blocks = readme_blocks((ROOT / "README.md").read_text())
+    assert set(blocks) == set(BLOCKS)
+    for name, text in blocks.items():
+        assert text == "\n" + BLOCKS[name](ROOT / "results"), name
+    headline = headline_table(ROOT / "results")
+    assert headline.splitlines()[2].startswith("| full |")  # full first, then by speedup
 
 
 def _cell(batch: int, full: float, peer: float, tokens_equal: bool) -> dict:
@@ -56,9 +61,10 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
     assert "skipdecode-full-graphs at batch 8: 0.75x (target 1.0x): missed" in page
     assert "tokens differing from their reference at batch 8: skipdecode-full-graphs" in page
     assert "| skipdecode-full-graphs | 2.00 ms, 20.0x floor, **1.50x** |" in page
-    start, end = README_BLOCK
+    start, end = block_markers("gpu")
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{start}\nold\n{end}\nrest\n")
-    assert "README" in write_gpu_page(tmp_path, readme)
+    assert write_readme(readme, tmp_path) == "README.md: gpu"
     assert readme.read_text() == f"intro\n{start}\n{readme_table(bench)}{end}\nrest\n"
+    write_gpu_page(tmp_path)
     assert (tmp_path / "bench" / "decode-gpu.md").read_text() == page
