@@ -573,5 +573,5 @@ def test_a_sharded_cell_on_slurm_composes_as_documented(nodes, gpus):
     assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
     assert launcher.nodes * launcher.tasks_per_node == cfg.trainer.num_nodes * cfg.trainer.devices
     assert launcher.gpus_per_node == launcher.tasks_per_node == cfg.trainer.devices
-    assert cfg.trainer.strategy._target_.endswith("fsdp_strategy")
+    assert cfg.trainer.strategy._target_.endswith("sharding.ShardedStrategy")
     assert cfg.trainer.precision == "bf16-mixed" and cfg.model.gradient_checkpointing

@@ -115,15 +115,20 @@ def test_long_targets_counted_reported_or_rejected(tmp_path: Path) -> None:
         SkipDataModule({**ds, "on_long_target": "error"}, tok, train_examples=examples).prepare()
 
 
-def test_fsdp_config_builds_strategy_with_decoder_layer_policy(tmp_path: Path) -> None:
+def test_shard_config_builds_the_sharded_strategy(tmp_path: Path) -> None:
+    """``trainer=fsdp``: FSDP2 through Lightning's ModelParallelStrategy, data parallel only,
+    full checkpoints, workers spawned; an unknown launcher is refused by name."""
     from hydra.utils import instantiate
-    from transformers.models.opt.modeling_opt import OPTDecoderLayer
+
+    from skipdecode.training.sharding import ShardedStrategy
 
     cfg = make_cfg(tmp_path, ["trainer=fsdp", "model=opt-1.3b"], fast=False)
     strategy = instantiate(cfg.trainer.strategy)
-    assert type(strategy).__name__ == "FSDPStrategy"
-    policy = strategy.kwargs["auto_wrap_policy"]
-    assert getattr(policy, "_module_classes", policy) == {OPTDecoderLayer}
+    assert isinstance(strategy, ShardedStrategy) and strategy.start_method == "spawn"
+    assert not strategy._save_distributed_checkpoint and strategy._tensor_parallel_size == 1
+    assert cfg.trainer.precision == "bf16-mixed" and not cfg.trainer.use_distributed_sampler
+    with pytest.raises(ValueError, match="start_method='fork' is not allowed"):
+        ShardedStrategy(start_method="fork")
 
 
 def test_wandb_logger_is_offline_and_writes_into_output_dir(tmp_path: Path, monkeypatch) -> None:

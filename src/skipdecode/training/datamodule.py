@@ -22,7 +22,7 @@ from ..data import (
     median_target_length,
     target_lengths,
 )
-from .resumable import ResumableSampler, order_state
+from .resumable import RankShare, ResumableSampler, order_state
 
 __all__ = ["load_examples", "SkipDataModule", "dataset_settings"]
 
@@ -182,9 +182,24 @@ class SkipDataModule(pl.LightningDataModule):
             elif resume["trained"] < len(self.train_set):  # else the epoch ended: a fresh one
                 self._sampler.resume(resume["seed"], resume["trained"])
         self._resume_order = None
-        return self._loader(self.train_set, self.batch_size, self._sampler)
+        world, rank = self._devices()
+        if world == 1:
+            return self._loader(self.train_set, self.batch_size, self._sampler)
+        # each device its share of every global batch (trainer.use_distributed_sampler is off:
+        # Lightning's own would reshuffle the order between devices)
+        return self._loader(self.train_set, self.batch_size, RankShare(self._sampler, rank, world))
+
+    def _devices(self) -> tuple[int, int]:
+        """(data-parallel devices, this one's rank): (1, 0) outside a distributed run."""
+        trainer = self.trainer
+        if trainer is None or trainer.world_size <= 1:
+            return 1, 0
+        return trainer.world_size, trainer.global_rank
 
     def val_dataloader(self) -> DataLoader:
+        """The whole validation split on every device: the summed losses count it once per
+        device and their ratio, the loss, is the single-process one (a share per device would
+        need padding, which would count some examples twice)."""
         assert self.val_set is not None
         return self._loader(self.val_set, self.eval_batch_size)
 
@@ -194,9 +209,10 @@ class SkipDataModule(pl.LightningDataModule):
         if self._sampler is None or self.trainer is None:
             return {}
         loop = self.trainer.fit_loop.epoch_loop
+        world, _ = self._devices()
         return {
             "order": order_state(
-                self._sampler, loop.batch_progress.current.processed, self.batch_size
+                self._sampler, loop.batch_progress.current.processed, self.batch_size * world
             )
         }
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+from pytorch_lightning.loggers.logger import rank_zero_experiment
 
 __all__ = ["ResumableCSVLogger"]
 
@@ -64,6 +65,7 @@ class ResumableCSVLogger(CSVLogger):
         self._keep_before_step = int(before_step)
 
     @property
+    @rank_zero_experiment  # rank 0 writes; the other devices get a stand-in (as CSVLogger)
     def experiment(self) -> ExperimentWriter:
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)

@@ -205,7 +205,7 @@ def require_fit(plan: MemoryPlan, device_bytes: int, where: str) -> None:
 def strategy_of(trainer: Mapping[str, Any]) -> str:
     """``single`` | ``ddp`` | ``fsdp`` from a trainer config node."""
     target = str((trainer.get("strategy") or {}).get("_target_", trainer.get("strategy") or ""))
-    if "fsdp" in target.lower():
+    if "fsdp" in target.lower() or target.endswith("ShardedStrategy"):
         return "fsdp"
     return "ddp" if "ddp" in target.lower() else "single"
 

@@ -117,6 +117,9 @@ class SkipDecodeLitModule(pl.LightningModule):
         self._t_last: float | None = None
         self._rng_to_restore: dict[str, Any] | None = None  # from a checkpoint, on resume
         self._timed = {"steps": 0, "seconds": 0.0, "tokens": 0}
+        # the root shard unit under trainer=fsdp (training.sharding), set in configure_model; not
+        # a registered submodule: the weights stay under ``model`` (one name each in checkpoints)
+        object.__setattr__(self, "_shard_root", None)
 
     # ------------------------------------------------------------------ setup
     def _build_schedule(
@@ -133,6 +136,29 @@ class SkipDecodeLitModule(pl.LightningModule):
                 f"schedule={cfg.get('name')!r} {dict(cfg)} cannot be used with "
                 f"model={self.hparams.model.get('name')!r} ({L} layers): {e}"
             ) from e
+
+    # ------------------------------------------------------------------ sharding
+    def configure_model(self) -> None:
+        """Under :class:`~skipdecode.training.sharding.ShardedStrategy` (``trainer=fsdp``): shard
+        the model over the data-parallel devices, each decoder layer a unit."""
+        from .sharding import ShardedStrategy, shard_model
+
+        strategy = None if self._trainer is None else self.trainer.strategy  # None: loading
+        if not isinstance(strategy, ShardedStrategy) or self._shard_root is not None:
+            return
+        root = shard_model(
+            self.model,
+            self.decoder.adapter.layers,
+            self.device_mesh["data_parallel"],
+            str(self.trainer.precision),
+            activation_checkpointing=strategy.activation_checkpointing,
+            reshard_after_forward=strategy.reshard_after_forward,
+        )
+        object.__setattr__(self, "_shard_root", root)
+
+    def _run(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the model: through the root shard unit when sharded."""
+        return fn(*args) if self._shard_root is None else self._shard_root(fn, *args)
 
     # ------------------------------------------------------------------ forward / loss
     def forward(
@@ -170,10 +196,16 @@ class SkipDecodeLitModule(pl.LightningModule):
         generator = torch.Generator().manual_seed(
             int(self.global_step) * 7919 + int(self.current_epoch)
         )
-        loss_sum, ntok = self.schedule.loss_sums(self.decoder, batch, generator)
+        loss_sum, ntok = self._run(self.schedule.loss_sums, self.decoder, batch, generator)
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if world > 1:  # the mean over the global batch's tokens: devices average gradients
+            ntok = self.trainer.strategy.reduce(ntok.detach().float(), reduce_op="sum") / world
         loss = loss_sum / ntok.clamp(min=1)
         bs = batch["input_ids"].shape[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
+        logged = (
+            loss if world == 1 else self.trainer.strategy.reduce(loss.detach(), reduce_op="mean")
+        )
+        self.log("train/loss", logged, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
         return loss
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -231,7 +263,7 @@ class SkipDecodeLitModule(pl.LightningModule):
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         for suffix, schedule in self._val_schedules().items():
-            loss_sum, ntok = self.loss_sums(batch, schedule)
+            loss_sum, ntok = self._run(self.loss_sums, batch, schedule)
             self._val_sums[suffix].append(torch.stack([loss_sum.detach(), ntok.to(loss_sum)]))
 
     def on_validation_epoch_end(self) -> None:

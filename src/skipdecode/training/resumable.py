@@ -71,8 +71,32 @@ class ResumableSampler(Sampler[int]):
         yield from torch.randperm(self.size, generator=generator).tolist()[start:]
 
 
+class RankShare(Sampler[int]):
+    """One device's share of a sampler's order: positions ``rank, rank + world, ...``, the order
+    padded with its first positions to a multiple of ``world`` (every device the same number of
+    batches). Global batch ``k`` of ``world`` devices with ``b`` rows each is then the
+    single-process batch ``k`` of ``world * b`` rows, in order: a run on more devices trains on
+    the data a single-process run with the same global batch does."""
+
+    def __init__(self, sampler: Sampler[int], rank: int, world: int):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not a device of {world}")
+        self.sampler, self.rank, self.world = sampler, rank, world
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.world)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(self.sampler)
+        if not order:
+            return
+        order += order[: (-len(order)) % self.world]
+        yield from order[self.rank :: self.world]
+
+
 def order_state(sampler: ResumableSampler, batches_trained: int, batch_size: int) -> dict:
-    """What the checkpoint keeps of the order: the epoch's seed and the samples trained."""
+    """What the checkpoint keeps of the order: the epoch's seed and the samples trained
+    (``batch_size``: the global batch, every device's rows)."""
     return {
         "seed": sampler.seed,
         "trained": min(batches_trained * batch_size, sampler.size),
