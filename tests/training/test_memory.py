@@ -83,3 +83,22 @@ def test_the_grid_plans_offline_without_weights(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| paper")]
     assert len(rows) == 6 and all(line.endswith("| yes |") for line in rows)
     assert any("| paper_opt6.7b_e2e | fsdp | 8 |" in line for line in rows)
+
+
+def test_grid_plans_gpu_hours_from_the_measured_rates():
+    """Plan-only mode: a cell's GPU hours are its training FLOPs (6 x parameters x its steps'
+    tokens at the longest sequence) over the measured peak (lower bound) and over the SmolLM2
+    GPU cells' measured training rate (upper bound); both rates come from committed records."""
+    from skipdecode.training.grid import grid_rows, measured_rates
+
+    rates = measured_rates()
+    assert rates["peak"]["tflops"] > 0 and rates["training"]["cells"] >= 1
+    fake = {"peak": {"tflops": 100.0}, "training": {"flops": 1e12}}
+    (row,) = grid_rows(["paper_opt6.7b_e2e"], fake)
+    plan = row["plan"]
+    assert plan.strategy == "fsdp" and plan.devices == 8
+    accumulate = 4  # paper_opt6.7b_e2e: 8 a device x 8 devices x 4 accumulated = 256 a step
+    tokens = row["steps"] * plan.batch * plan.devices * accumulate * plan.seq_len
+    assert row["tokens"] == tokens
+    assert row["hours_at_peak"] == pytest.approx(6 * plan.params * tokens / 100e12 / 3600)
+    assert row["hours_at_measured"] == pytest.approx(6 * plan.params * tokens / 1e12 / 3600)

@@ -47,18 +47,22 @@ SIZES_KEY = "model_sizes"
 #: Schedule settings added after cells were published: at these values they are left out of
 #: the identity, so a published cell keeps its id (any other value is a new cell).
 _LATER_SCHEDULE_DEFAULTS: dict[str, tuple[Any, ...]] = {"lengths": ("median", None)}
+#: Trainer settings added after cells were published, likewise. ``use_distributed_sampler``
+#: false: the datamodule shares the data between devices itself (training.resumable.RankShare);
+#: every published cell trained on one device, where it changes nothing.
+_LATER_TRAINER_DEFAULTS: dict[str, tuple[Any, ...]] = {"use_distributed_sampler": (False,)}
 
 
 def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(id, identity config)``: a 12-hex-digit hash of the training-relevant config."""
     ident = portable_identity({k: cfg.get(k) for k in IDENTITY_KEYS if k in cfg})
-    schedule = ident.get("schedule")
-    if isinstance(schedule, Mapping):
-        ident["schedule"] = {
-            k: v
-            for k, v in schedule.items()
-            if not (k in _LATER_SCHEDULE_DEFAULTS and v in _LATER_SCHEDULE_DEFAULTS[k])
-        }
+    for group, later in (
+        ("schedule", _LATER_SCHEDULE_DEFAULTS),
+        ("trainer", _LATER_TRAINER_DEFAULTS),
+    ):
+        node = ident.get(group)
+        if isinstance(node, Mapping):
+            ident[group] = {k: v for k, v in node.items() if not (k in later and v in later[k])}
     return identity_hash(ident), ident
 
 
