@@ -200,3 +200,27 @@ def test_capture_every_graph_compiles_whole():
 
     with pytest.raises(Exception, match="graph_break|Unsupported|graph break"):
         dec.compiled.compile_fn(broken)(torch.ones(2))
+
+
+def test_capture_a_pass_unlike_its_recording_is_refused():
+    """A recorded pass reads fixed shapes: an input of another shape or dtype, another count of
+    tensors, or other non-tensor arguments are refused instead of broadcast into the buffers."""
+    from skipdecode.core.graphs import StaticPass
+
+    hidden, position, mask = (
+        torch.zeros(2, 1, 4),
+        torch.zeros(1, dtype=torch.long),
+        torch.zeros(2, 1, 1, 8),
+    )
+    kwargs = {"position_ids": torch.zeros(2, 1, dtype=torch.long), "window": 4}
+    static = StaticPass(hidden, kwargs, position, mask)
+    static.load(hidden + 1, kwargs, position, mask)
+    assert torch.equal(static.hidden, hidden + 1)
+    with pytest.raises(ValueError, match=r"shape \(1, 1\)"):
+        static.load(
+            hidden, {**kwargs, "position_ids": torch.zeros(1, 1, dtype=torch.long)}, position, mask
+        )
+    with pytest.raises(ValueError, match="not those its graphs were recorded with"):
+        static.load(hidden, {**kwargs, "window": 8}, position, mask)
+    with pytest.raises(ValueError, match="not those its graphs were recorded with"):
+        static.load(hidden, {"position_ids": kwargs["position_ids"]}, position, mask)

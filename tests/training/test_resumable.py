@@ -86,3 +86,19 @@ def test_an_unreadable_checkpoint_is_named_with_the_ways_forward(tmp_path):
     message = str(err.value)
     assert "ckpt_path" in message and "last.ckpt" in message
     assert "epoch=0-step=40.ckpt" in message and "ckpt_path=null" in message
+
+
+def test_rank_shares_make_up_the_single_process_batches():
+    """Device r of N takes positions r, r + N, ... of the order: global batch k of N devices
+    with b rows each is single-process batch k of N x b rows (the order padded to a multiple of
+    N by its first positions, as every device needs the same number of batches)."""
+    from skipdecode.training.resumable import RankShare
+
+    order = list(range(10, 21))  # 11 positions
+    shares = [list(RankShare(order, rank, 3)) for rank in range(3)]
+    assert [len(s) for s in shares] == [4, 4, 4] == [len(RankShare(order, r, 3)) for r in range(3)]
+    for k in range(2):  # 2 rows a device: global batch k is positions 6k .. 6k + 5
+        batch = sorted(sum((s[2 * k : 2 * k + 2] for s in shares), []))
+        assert batch == sorted((order + order[:1])[6 * k : 6 * k + 6])
+    with pytest.raises(ValueError, match="rank 3 is not a device of 3"):
+        RankShare(order, 3, 3)

@@ -142,6 +142,11 @@ class CompiledLayers:
             raise ValueError(
                 f"compile graph {graph!r} is not allowed: choose one of {COMPILE_GRAPHS}"
             )
+        if cuda_graphs and mode == "reduce-overhead":
+            raise ValueError(
+                "cuda_graphs records the compiled steps itself (core.graphs): compile them in "
+                "another mode than 'reduce-overhead', whose own graphs would nest inside"
+            )
         self.adapter = adapter
         self.mode = mode
         self.graph = graph

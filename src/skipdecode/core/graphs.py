@@ -74,8 +74,13 @@ class Recorder:
             graph.capture_begin(pool=self.pool)
             try:
                 step()
-            finally:
-                graph.capture_end()
+            except BaseException:
+                try:  # end the capture, but report the step's error, not the capture's
+                    graph.capture_end()
+                except RuntimeError:
+                    pass
+                raise
+            graph.capture_end()
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         self.captures += 1
         return graph.replay
@@ -98,6 +103,7 @@ class StaticPass:
         self.position = position.clone()
         self.mask = mask.clone()
         self._inputs = [self.hidden, self.position, self.mask, *_tensors(self.kwargs)]
+        self._others = _others(kwargs)  # the non-tensor arguments, fixed in the recordings
         self.steps: dict[Any, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = {}
 
     def load(
@@ -109,12 +115,18 @@ class StaticPass:
     ) -> None:
         """Copy one pass's inputs into the static buffers."""
         given = [hidden, position, mask, *_tensors(kwargs)]
-        if len(given) != len(self._inputs):
+        if len(given) != len(self._inputs) or _others(kwargs) != self._others:
             raise ValueError(
-                f"the pass has {len(given)} input tensors; its graphs were recorded with "
-                f"{len(self._inputs)}"
+                f"the pass's inputs ({len(given)} tensors, other arguments "
+                f"{_others(kwargs)}) are not those its graphs were recorded with "
+                f"({len(self._inputs)} tensors, {self._others})"
             )
         for dst, src in zip(self._inputs, given, strict=True):
+            if src.shape != dst.shape or src.dtype != dst.dtype:
+                raise ValueError(
+                    f"a pass input of shape {tuple(src.shape)} ({src.dtype}) where its graphs "
+                    f"read {tuple(dst.shape)} ({dst.dtype})"
+                )
             dst.copy_(src)
 
     def replay(
@@ -174,3 +186,8 @@ class StaticHead:
 def _tensors(tree: Any) -> list[torch.Tensor]:
     leaves, _ = tree_flatten(tree)
     return [v for v in leaves if isinstance(v, torch.Tensor)]
+
+
+def _others(tree: Any) -> list[Any]:
+    leaves, _ = tree_flatten(tree)
+    return [v for v in leaves if not isinstance(v, torch.Tensor)]

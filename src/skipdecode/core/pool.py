@@ -2,10 +2,12 @@
 replayed: the graph reads and writes the cache at the addresses it was recorded with.
 
 A decoder in the CUDA-graph mode (``DecodeOptions(compile="reduce-overhead")``) takes its cache
-from here instead of allocating one per call. The pool holds one set of buffers per
-(batch, capacity), allocated once, marked as static addresses for torch.compile
-(``torch._dynamo.mark_static_address``: inductor keeps CUDA graphs for a step whose mutated
-inputs are all static) and zeroed in place when a call takes them again. What changes a batch's
+from here instead of allocating one per call, and records each layer's step on these buffers
+(:mod:`~skipdecode.core.graphs`). The pool holds one set of buffers per (batch, capacity),
+allocated once (marked as static addresses for torch.compile too,
+``torch._dynamo.mark_static_address``), and zeroed in place when a call takes them again. The
+pool, and the recordings on it, are kept for the decoder's lifetime: a run that passes through
+many (batch, capacity) shapes holds a set of buffers for each. What changes a batch's
 shape inside a call copies into the pool's other buffers rather than allocating: compaction in
 the lossless mode (finished rows leave: the rows copy into the smaller batch's buffers) and
 growth (a round needs more columns: the cache copies into the larger capacity's buffers).

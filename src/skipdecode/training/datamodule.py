@@ -171,6 +171,15 @@ class SkipDataModule(pl.LightningDataModule):
         assert self.train_set is not None
         self._sampler = ResumableSampler(len(self.train_set))
         resume = self._resume_order
+        world, rank = self._devices()
+        if resume and resume.get("batch") not in (None, self.batch_size * world):
+            raise ValueError(
+                f"resuming a run that trained with a global batch of {resume['batch']} rows "
+                f"with loader.batch_size={self.batch_size} x {world} device(s) = "
+                f"{self.batch_size * world}: the checkpoint's place in the epoch is counted in "
+                "its own batches; set loader.batch_size and trainer.devices to match, or start "
+                "over (ckpt_path=null)"
+            )
         if resume and resume.get("seed") is not None:
             if resume["size"] != len(self.train_set):
                 log.warning(
@@ -182,7 +191,6 @@ class SkipDataModule(pl.LightningDataModule):
             elif resume["trained"] < len(self.train_set):  # else the epoch ended: a fresh one
                 self._sampler.resume(resume["seed"], resume["trained"])
         self._resume_order = None
-        world, rank = self._devices()
         if world == 1:
             return self._loader(self.train_set, self.batch_size, self._sampler)
         # each device its share of every global batch (trainer.use_distributed_sampler is off:
@@ -194,6 +202,11 @@ class SkipDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None or trainer.world_size <= 1:
             return 1, 0
+        if trainer._accelerator_connector.use_distributed_sampler:
+            raise ValueError(
+                "trainer.use_distributed_sampler=true: Lightning would split each device's share "
+                "again; leave it false (the datamodule shares the data between devices itself)"
+            )
         return trainer.world_size, trainer.global_rank
 
     def val_dataloader(self) -> DataLoader:

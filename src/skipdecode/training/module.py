@@ -141,11 +141,18 @@ class SkipDecodeLitModule(pl.LightningModule):
     def configure_model(self) -> None:
         """Under :class:`~skipdecode.training.sharding.ShardedStrategy` (``trainer=fsdp``): shard
         the model over the data-parallel devices, each decoder layer a unit."""
+        from pytorch_lightning.strategies import ModelParallelStrategy
+
         from .sharding import ShardedStrategy, shard_model
 
         strategy = None if self._trainer is None else self.trainer.strategy  # None: loading
-        if not isinstance(strategy, ShardedStrategy) or self._shard_root is not None:
+        if not isinstance(strategy, ModelParallelStrategy) or self._shard_root is not None:
             return
+        if not isinstance(strategy, ShardedStrategy):  # it would train unsharded, unsynced
+            raise TypeError(
+                f"trainer.strategy: {type(strategy).__name__} applies no parallelism to this "
+                "model; use trainer=fsdp (skipdecode.training.sharding.ShardedStrategy)"
+            )
         root = shard_model(
             self.model,
             self.decoder.adapter.layers,
@@ -199,12 +206,14 @@ class SkipDecodeLitModule(pl.LightningModule):
         loss_sum, ntok = self._run(self.schedule.loss_sums, self.decoder, batch, generator)
         world = self.trainer.world_size if self._trainer is not None else 1
         if world > 1:  # the mean over the global batch's tokens: devices average gradients
-            ntok = self.trainer.strategy.reduce(ntok.detach().float(), reduce_op="sum") / world
+            ntok = (
+                self.trainer.strategy.reduce(ntok.detach().float().clone(), reduce_op="sum") / world
+            )
         loss = loss_sum / ntok.clamp(min=1)
         bs = batch["input_ids"].shape[0]
-        logged = (
-            loss if world == 1 else self.trainer.strategy.reduce(loss.detach(), reduce_op="mean")
-        )
+        logged = loss.detach().clone()  # reduce works in place: never on the loss itself
+        if world > 1:
+            logged = self.trainer.strategy.reduce(logged, reduce_op="mean")
         self.log("train/loss", logged, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
         return loss
 

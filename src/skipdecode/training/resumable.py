@@ -17,8 +17,11 @@ run trains. Two things would otherwise differ:
   validation loaders have their own generator, and loaders never draw their worker seed from
   the global one.
 
-Single-process training only: under DDP Lightning swaps in its ``DistributedSampler`` (seeded
-by epoch), which restarts the epoch on resume.
+On several devices (DDP, sharded) each device trains on its share of every global batch
+(:class:`RankShare`, positions ``rank, rank + world, ...`` of the same order; Lightning's own
+distributed sampler is off, ``trainer.use_distributed_sampler=false``), and the checkpoint
+counts the samples of whole global batches: a run resumes with the same global batch
+(devices x ``loader.batch_size``), and another global batch is refused, named.
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def order_state(sampler: ResumableSampler, batches_trained: int, batch_size: int
         "seed": sampler.seed,
         "trained": min(batches_trained * batch_size, sampler.size),
         "size": sampler.size,
+        "batch": batch_size,
     }
 
 

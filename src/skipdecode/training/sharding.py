@@ -19,7 +19,8 @@ which its decoder layers apply when called directly, and which leaves the state 
 as they are).
 
 Checkpoints are full state dicts (``save_distributed_checkpoint=False``): rank 0 writes one file
-that exports as an ordinary transformers directory, and a run resumes from it on any device count.
+that exports as an ordinary transformers directory and loads on any device count; a run resumes
+from it with the same global batch (devices x ``loader.batch_size``), which the data order needs.
 Workers start by ``spawn`` (as ``trainer=ddp``): the script is not re-run, so Hydra makes one
 output directory, also in multiruns; ``start_method: popen`` re-runs the script (Lightning's
 default); where a cluster starts the processes (SLURM, torchrun) neither launcher runs.
@@ -45,8 +46,8 @@ from .resumable import capture_rng, restore_rng
 
 __all__ = ["FullWeightsLauncher", "ShardRoot", "ShardedStrategy", "shard_model"]
 
-#: The compute dtype of each Lightning precision that FSDP2 can hold in its units.
-PARAM_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+#: The compute dtype of each mixed Lightning precision ModelParallelStrategy accepts.
+PARAM_DTYPES = {"bf16-mixed": torch.bfloat16}
 
 
 class ShardedStrategy(ModelParallelStrategy):
@@ -80,9 +81,10 @@ class ShardedStrategy(ModelParallelStrategy):
         self._launcher = FullWeightsLauncher(self, start_method="spawn")
 
     def setup_environment(self) -> None:
-        """Processes and the device mesh, leaving the global random generators as they were:
-        building the mesh draws from them, and a sharded run's data order and random plans
-        then follow the same stream as a single-process run's."""
+        """Processes and the device mesh, leaving the global random generators (CPU, numpy,
+        Python; CUDA's where it was initialised) as they were: building the mesh draws from
+        them, and a sharded run's data order and random plans then follow the same stream as a
+        single-process run's."""
         if self._data_parallel_size == "auto":  # every process one data-parallel shard
             self._data_parallel_size = self.num_nodes * self.num_processes
         states = capture_rng()
