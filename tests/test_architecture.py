@@ -39,7 +39,6 @@ LONG_FUNCTIONS = {
     "core/speculative.py": {"speculative_generate", "_round"},
     "evaluation/evaluate.py": {"_evaluate"},
     "evaluation/generation.py": {"generate_all"},
-    "experiments/benchmarks/bench.py": {"bench_decode"},
     "experiments/benchmarks/bench_speculative.py": {"bench_speculative", "main"},
 }
 

@@ -18,7 +18,6 @@ step that runs ``m`` layers ideally costs ``t_other + m * t_layer``. Efficiency 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,13 +28,14 @@ from torch import nn
 
 from ...core.costs import step_cost_split, transformers_generate_seconds
 from ...core.engine import SkipDecoder
-from ...core.floor import DeviceLimits, measure_device, step_floor_seconds
+from ...core.floor import DeviceLimits, measure_device
 from ...core.options import CUDA_GRAPH_MODE
 from ...models.shapes import SHAPES, build_random_model, device_name, random_prompts
 from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
-from .bench_speedups import derive_speedups, flag_batches, reference_of
+from .bench_rows import add_floors, cost_split_of, variant_rows
+from .bench_speedups import derive_speedups, flag_batches
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,
@@ -45,7 +45,7 @@ from .bench_tables import (
     train_table,
     write_bench,
 )
-from .bench_timing import cudagraph_skips, quartiles, timed, warm_up
+from .bench_timing import cudagraph_skips, timed, warm_up
 from .bench_training import bench_train
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
@@ -75,141 +75,42 @@ def bench_decode(
     acceptance: dict[str, Any] | None = None,
     compiled_generate: bool = True,
 ) -> dict[str, Any]:
-    """One (shape, batch) cell: every variant, interleaved, median (and quartiles) of
-    ``repeats``. ``compile`` adds transformers' compiled ``generate`` (static cache) and the
-    compiled skipdecode path for the full and every schedule; compile time is measured on the
-    warm-up call and reported apart, never in the decode times. ``plan_graphs`` (with
-    ``compile``) adds the full schedule on the compiled path with one graph for all its layers
-    (``-compiled-plan``; skip schedules would compile a graph per layer set). ``limits``: the
-    device's measured bandwidth and peak, for each variant's floor. ``cuda_graphs`` adds the
-    CUDA-graph path (``-graphs``: ``compile="reduce-overhead"``, caches in a pool at fixed
-    addresses) for the full and every schedule, warms every variant up twice (a CUDA graph
-    records on its second call) and reports the CUDA-graph skips, the graphs compiled and the
-    graphs recorded while timed (all must be 0), and whether each variant's tokens equal its
-    reference's (the compiled path's for the same schedule); the eager path then times the full
-    schedule only (its reference and cost split). ``lossless_ks`` (with ``cuda_graphs``): the
-    lossless mode's rounds on the CUDA-graph path, a constant draft of ``draft_budget`` layers,
-    their time per token from ``acceptance`` (:mod:`.bench_lossless`). A variant that raises
-    while warming up is left out and its error recorded."""
+    """One (shape, batch) cell: every variant, interleaved, median and quartiles of ``repeats``,
+    compile time apart. ``compile``: transformers' compiled ``generate`` (unless not
+    ``compiled_generate``) and the compiled path for every schedule; ``plan_graphs``: full with
+    one graph for its layers; ``cuda_graphs``: the CUDA-graph path (``-graphs``) for every
+    schedule, each variant warmed up twice, and the CUDA-graph skips, graphs compiled and
+    recorded while timed (all must be 0); the eager path then times full only. Each variant's
+    tokens against its reference's (``-graphs``: the compiled path's). ``lossless_ks``: the
+    lossless rounds on the graph path (:mod:`.bench_lossless`). ``limits``: each row's floors.
+    A variant that raises while warming up is left out and its error recorded."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
-    decoders = {"": SkipDecoder(model)}
-    if compile:
-        decoders["-compiled"] = SkipDecoder(model, compile=True)
-    if compile and plan_graphs:
-        decoders["-compiled-plan"] = SkipDecoder(model, compile=True, compile_graph="plan")
-    if cuda_graphs:
-        decoders["-graphs"] = SkipDecoder(model, compile=CUDA_GRAPH_MODE)
-    dec = decoders[""]
-    L = dec.num_layers
+    decoders = _decoders(model, compile, plan_graphs, cuda_graphs)
+    L = decoders[""].num_layers
     ids, mask = random_prompts(batch_size, prompt_len, model.config.vocab_size, dev)
     schedules: dict[str, StaticSchedule] = {"skipdecode-full": FullSchedule(L)}
-    for s in speedups:
-        schedules[f"skipdecode-{s}x"] = linear_for_speedup(L, s, new_tokens)
-
-    def run_skip(decoder: SkipDecoder, schedule: StaticSchedule) -> dict[str, float]:
-        out = decoder.generate(ids, schedule, new_tokens, mask, eos_token_id=[], decode_texts=False)
-        st = out.stats
-        return {
-            "prefill_s": st.prefill_seconds,
-            "decode_s": st.decode_seconds,
-            "compile_s": st.compile_seconds,
-            "steps": st.decode_steps,
-            "layers_per_token": st.layers_per_token,
-            "generated": out.generated_ids,
-        }
-
-    def run_hf(compiled: bool) -> dict[str, float]:
-        start = time.perf_counter()
-        prefill, decode = transformers_generate_seconds(model, ids, mask, new_tokens, 0, compiled)
-        # generate = one prefill + (new_tokens - 1) cached decode passes
-        return {
-            "prefill_s": prefill,
-            "decode_s": decode,
-            "wall_s": time.perf_counter() - start,
-            "steps": new_tokens - 1,
-            "layers_per_token": float(L),
-        }
-
-    variants: dict[str, Callable[[], dict[str, float]]] = {}
-    if with_transformers:
-        variants["transformers-generate"] = lambda: run_hf(False)
-        if compile and compiled_generate:
-            variants["transformers-generate-compiled"] = lambda: run_hf(True)
-    for suffix, decoder in decoders.items():
-        for name, sched in schedules.items():
-            if suffix == "-compiled-plan" or (suffix == "" and cuda_graphs):
-                if name != "skipdecode-full":
-                    continue
-            variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
-    if cuda_graphs and lossless_ks:
-        variants.update(
-            lossless_variants(
-                decoders["-graphs"], ids, mask, new_tokens, lossless_ks, draft_budget,
-                reference="skipdecode-full-graphs",
-            )
-        )  # fmt: skip
-
+    schedules |= {f"skipdecode-{s}x": linear_for_speedup(L, s, new_tokens) for s in speedups}
+    variants = _variants(
+        model, decoders, schedules, (ids, mask), new_tokens,
+        with_transformers, compile and compiled_generate, (lossless_ks, draft_budget),
+    )  # fmt: skip
     skips = cudagraph_skips()
     warm, failed = warm_up(variants, twice=cuda_graphs)  # compiles (and records graphs)
-    recorded = sum(d.compiled.captures for d in decoders.values() if d.compiled is not None)
+    recorded = -_captures(decoders)
     samples, compiled_while_timed = timed(variants, repeats)
-    recorded = (
-        sum(d.compiled.captures for d in decoders.values() if d.compiled is not None) - recorded
-    )
-
-    rows: dict[str, dict[str, Any]] = {}
-    for name, runs in samples.items():
-        steps = runs[0]["steps"]
-        per_step = [1000 * r["decode_s"] / max(steps, 1) for r in runs]
-        decode = statistics.median(r["decode_s"] for r in runs)
-        prefill = statistics.median(r["prefill_s"] for r in runs)
-        med, q1, q3 = quartiles(per_step)
-        rows[name] = {
-            "prefill_ms": 1000 * prefill,
-            "decode_ms_per_step": med,
-            "decode_ms_q1": q1,
-            "decode_ms_q3": q3,
-            "tokens_per_s": batch_size * new_tokens / (prefill + decode),
-            "decode_tokens_per_s": batch_size * steps / decode if decode > 0 else float("nan"),
-            "layers_per_token": runs[0]["layers_per_token"],
-            "compiled": name.endswith(COMPILED_SUFFIXES),
-        }
-        reference = warm[name].get("reference") or reference_of(name)
-        if reference in warm and "generated" in warm[name]:
-            rows[name]["tokens_equal"] = reference
-            rows[name]["tokens_equal_reference"] = torch.equal(
-                warm[name]["generated"], warm[reference]["generated"]
-            )
-        if name.endswith(COMPILED_SUFFIXES):  # the warm-up call's compiling, apart from decoding
-            w = warm[name]
-            steady = statistics.median(r.get("wall_s", 0.0) for r in runs)
-            rows[name]["compile_s"] = (
-                w["compile_s"] if "compile_s" in w else max(0.0, w["wall_s"] - steady)
-            )
-
+    recorded += _captures(decoders)
+    rows = variant_rows(samples, warm, batch_size, new_tokens, COMPILED_SUFFIXES)
     splits = {
         suffix: step_cost_split(d, ids, mask, steps=max(5, 2 * repeats))
         for suffix, d in decoders.items()
         if suffix != "-compiled-plan"  # its layers are one graph: no split between them
     }
-    split = splits[""]
     lossless_rows(rows, acceptance)
     derive_speedups(rows, schedules, splits, L, with_transformers)
     if limits is not None:
-        for r in rows.values():
-            if r["decode_ms_per_step"] is None:
-                continue
-            floor = step_floor_seconds(
-                dec.adapter, r["layers_per_token"], batch_size, prompt_len + new_tokens, limits
-            )
-            r["floor_ms"] = 1000 * floor["seconds"]
-            r["floor_multiple"] = r["decode_ms_per_step"] / r["floor_ms"]
-            for kind in ("bandwidth", "compute"):
-                r[f"{kind}_floor_ms"] = 1000 * floor[f"{kind}_seconds"]
-                r[f"{kind}_floor_multiple"] = r["decode_ms_per_step"] / r[f"{kind}_floor_ms"]
+        add_floors(rows, decoders[""].adapter, batch_size, prompt_len + new_tokens, limits)
     full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
-    other = min(split["non_layer_s"], full)
     return {
         "shape": shape,
         "cudagraph_skips": cudagraph_skips() - skips,
@@ -226,26 +127,107 @@ def bench_decode(
         "device": device_name(dev),
         "threads": torch.get_num_threads(),
         "limits": None if limits is None else limits.as_dict(),
-        "cost_split": {
-            "full_step_ms": 1000 * full,
-            "non_layer_ms": 1000 * other,
-            "head_ms": 1000 * split["head_s"],
-            "per_layer_ms": 1000 * (full - other) / L,
-            "non_layer_fraction": other / full,
-            "head_fraction": min(split["head_s"], full) / full,
-            "overhead_fraction": max(other - split["head_s"], 0.0) / full,
-        },
+        "cost_split": cost_split_of(splits[""], full, L),
         "variants": rows,
+        **_compiled_parts(decoders, splits, plan_graphs),
+    }
+
+
+def _compiled_parts(
+    decoders: dict[str, SkipDecoder], splits: dict[str, dict[str, float]], plan_graphs: bool
+) -> dict[str, Any]:
+    """What a cell records of its compiled path: the cost split outside the layers and the head,
+    and the GEMM form of each small-row product its graphs were written with."""
+    compiled = decoders.get("-compiled")
+    return {
         "cost_split_compiled": None
         if "-compiled" not in splits
         else {
             "non_layer_ms": 1000 * splits["-compiled"]["non_layer_s"],
             "head_ms": 1000 * splits["-compiled"]["head_s"],
         },
-        # the GEMM form of each small-row product the compiled graphs were written with
-        "matmul_forms": None if not compile else decoders["-compiled"].compiled.forms.table(),
-        "plan_graphs": compile and plan_graphs,
+        "matmul_forms": None if compiled is None else compiled.compiled.forms.table(),
+        "plan_graphs": compiled is not None and plan_graphs,
     }
+
+
+def _decoders(
+    model: nn.Module, compile: bool, plan_graphs: bool, cuda_graphs: bool
+) -> dict[str, SkipDecoder]:
+    """The paths a cell times, by variant suffix: eager, compiled, one graph per plan, graphs."""
+    decoders = {"": SkipDecoder(model)}
+    if compile:
+        decoders["-compiled"] = SkipDecoder(model, compile=True)
+    if compile and plan_graphs:
+        decoders["-compiled-plan"] = SkipDecoder(model, compile=True, compile_graph="plan")
+    if cuda_graphs:
+        decoders["-graphs"] = SkipDecoder(model, compile=CUDA_GRAPH_MODE)
+    return decoders
+
+
+def _captures(decoders: dict[str, SkipDecoder]) -> int:
+    return sum(d.compiled.captures for d in decoders.values() if d.compiled is not None)
+
+
+def _variants(
+    model: nn.Module,
+    decoders: dict[str, SkipDecoder],
+    schedules: dict[str, StaticSchedule],
+    prompts: tuple[torch.Tensor, torch.Tensor],
+    new_tokens: int,
+    with_transformers: bool,
+    compiled_generate: bool,
+    lossless: tuple[tuple[int, ...], int],
+) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Every timed call of a cell, by variant name: transformers' ``generate`` (eager, and
+    compiled), each schedule on each path (the eager path times full only beside the graph
+    path, and one graph per plan serves full only), and on the graph path the lossless mode at
+    each of ``lossless``'s k with a draft of its budget of layers."""
+    ids, mask = prompts
+    L = decoders[""].num_layers
+    cuda_graphs = "-graphs" in decoders
+
+    def run_skip(decoder: SkipDecoder, schedule: StaticSchedule) -> dict[str, Any]:
+        out = decoder.generate(ids, schedule, new_tokens, mask, eos_token_id=[], decode_texts=False)
+        st = out.stats
+        return {
+            "prefill_s": st.prefill_seconds,
+            "decode_s": st.decode_seconds,
+            "compile_s": st.compile_seconds,
+            "steps": st.decode_steps,
+            "layers_per_token": st.layers_per_token,
+            "generated": out.generated_ids,
+        }
+
+    def run_hf(compiled: bool) -> dict[str, Any]:
+        start = time.perf_counter()
+        prefill, decode = transformers_generate_seconds(model, ids, mask, new_tokens, 0, compiled)
+        # generate = one prefill + (new_tokens - 1) cached decode passes
+        return {
+            "prefill_s": prefill,
+            "decode_s": decode,
+            "wall_s": time.perf_counter() - start,
+            "steps": new_tokens - 1,
+            "layers_per_token": float(L),
+        }
+
+    variants: dict[str, Callable[[], dict[str, Any]]] = {}
+    if with_transformers:
+        variants["transformers-generate"] = lambda: run_hf(False)
+        if compiled_generate:
+            variants["transformers-generate-compiled"] = lambda: run_hf(True)
+    for suffix, decoder in decoders.items():
+        for name, sched in schedules.items():
+            if suffix == "-compiled-plan" or (suffix == "" and cuda_graphs):
+                if name != "skipdecode-full":
+                    continue
+            variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
+    ks, budget = lossless
+    if cuda_graphs and ks:
+        graphs = decoders["-graphs"]
+        full = "skipdecode-full-graphs"
+        variants |= lossless_variants(graphs, ids, mask, new_tokens, ks, budget, reference=full)
+    return variants
 
 
 # --------------------------------------------------------------------------------------------
