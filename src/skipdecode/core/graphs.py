@@ -6,9 +6,9 @@ layer step is one function called with every layer's weights. Inductor's CUDA-gr
 the weights as static inputs, so a new set of weight addresses re-records, and a tree records a
 new node for every new sequence of calls: a skip schedule's plans (bottom warm-up layers, then
 the top of a shrinking budget) would record a graph per layer per plan prefix, and past the
-re-record limit run without graphs. Here each layer's step is captured once per shape
-(batch, tokens per pass, cache capacity) with its own weights and its own cache buffers, and any
-plan replays the captured layers in order: no recompiling, no re-recording, one graph launch per
+re-record limit run without graphs (as we read inductor's ``cudagraph_trees``; not measured).
+Here each layer's step is captured once per shape (batch, tokens per pass, cache capacity) with
+its own weights and its own cache buffers, and any plan replays the captured layers in order: no recompiling, no re-recording, one graph launch per
 active layer plus the head's. With ``graph="plan"`` (few distinct layer sets) a set's layers are
 one graph.
 
