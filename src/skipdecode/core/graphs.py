@@ -8,8 +8,8 @@ new node for every new sequence of calls: a skip schedule's plans (bottom warm-u
 the top of a shrinking budget) would record a graph per layer per plan prefix, and past the
 re-record limit run without graphs (as we read inductor's ``cudagraph_trees``; not measured).
 Here each layer's step is captured once per shape (batch, tokens per pass, cache capacity) with
-its own weights and its own cache buffers, and any plan replays the captured layers in order: no recompiling, no re-recording, one graph launch per
-active layer plus the head's. With ``graph="plan"`` (few distinct layer sets) a set's layers are
+its own weights and its own cache buffers, and any plan replays the captured layers in order:
+no recompiling, no re-recording, one graph launch per active layer plus the head's. With ``graph="plan"`` (few distinct layer sets) a set's layers are
 one graph.
 
 Static buffers. A graph reads and writes the addresses it was recorded with, so every pass of
