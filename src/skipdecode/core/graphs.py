@@ -9,8 +9,8 @@ the top of a shrinking budget) would record a graph per layer per plan prefix, a
 re-record limit run without graphs (as we read inductor's ``cudagraph_trees``; not measured).
 Here each layer's step is captured once per shape (batch, tokens per pass, cache capacity) with
 its own weights and its own cache buffers, and any plan replays the captured layers in order:
-no recompiling, no re-recording, one graph launch per active layer plus the head's. With ``graph="plan"`` (few distinct layer sets) a set's layers are
-one graph.
+no recompiling, no re-recording, one graph launch per active layer plus the head's. With
+``graph="plan"`` (few distinct layer sets) a set's layers are one graph.
 
 Static buffers. A graph reads and writes the addresses it was recorded with, so every pass of
 one shape goes through the same tensors (:class:`StaticPass`): the hidden states (each layer's
