@@ -68,3 +68,8 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
     assert readme.read_text() == f"intro\n{start}\n{readme_table(bench)}{end}\nrest\n"
     write_gpu_page(tmp_path)
     assert (tmp_path / "bench" / "decode-gpu.md").read_text() == page
+
+
+def test_committed_gpu_page_is_the_one_make_docs_writes():
+    results = ROOT / "results"
+    assert (results / "bench" / "decode-gpu.md").read_text() == gpu_page(results / "bench")
