@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -213,22 +213,6 @@ def check_num_layers(model: nn.Module, cfg: Mapping) -> None:
             f"model.num_layers={declared} but model {cfg.get('name')!r} has {actual} decoder "
             "layers; fix model.num_layers"
         )
-
-
-def decoder_layer_classes(names: str | Sequence[str]) -> set[type]:
-    """Classes from dotted names (``model.decoder_layer_cls``), for FSDP auto-wrap policies."""
-    import importlib
-
-    out = set()
-    for name in [names] if isinstance(names, str) else list(names):
-        module, _, attr = str(name).rpartition(".")
-        try:
-            out.add(getattr(importlib.import_module(module), attr))
-        except (ImportError, AttributeError) as e:
-            raise ModelConfigError(
-                f"model.decoder_layer_cls={name!r} cannot be imported: {e}"
-            ) from e
-    return out
 
 
 def load_pretrained_dir(
