@@ -28,7 +28,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from .memory import GIB, experiment_plan, shape_sizes
+from .memory import PLAN_HEADER, experiment_plan, paper_grid, plan_cells, shape_sizes
 
 __all__ = ["measured_rates", "grid_rows", "main"]
 
@@ -105,25 +105,20 @@ def main(argv: list[str] | None = None) -> int:
                    "reproduce: full and 2x-5x)")  # fmt: skip
     p.add_argument("--gib", type=float, default=80.0, help="memory of one device (default 80)")
     args = p.parse_args(argv)
-    from ..config import config_dir
-
-    names = sorted(f.stem for f in (config_dir() / "experiment").glob("paper_opt*"))
     rates = measured_rates()
-    rows = grid_rows(names, rates)
+    rows = grid_rows(paper_grid(), rates)
     print(
-        "| experiment | strategy | devices | batch x tokens | GiB per device | fits | steps | "
+        f"| experiment | {PLAN_HEADER} | fits {args.gib:g} GiB | steps | "
         "GPU hours a cell: at peak - at the measured rate |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     total = [0.0, 0.0]
     for r in rows:
         plan = r["plan"]
         hours = (r["hours_at_peak"] or 0.0, r["hours_at_measured"] or 0.0)
         total = [total[0] + hours[0] * args.schedules, total[1] + hours[1] * args.schedules]
         print(
-            f"| {r['experiment']} | {plan.strategy} | {plan.devices} | {plan.batch} x "
-            f"{plan.seq_len} | {plan.total / GIB:.1f} | "
-            f"{'yes' if plan.total <= args.gib * GIB else 'no'} | {r['steps']} | "
+            f"| {r['experiment']} | {plan_cells(plan, args.gib)} | {r['steps']} | "
             f"{_hours(hours[0])} - {_hours(hours[1])} |"
         )
     peak, training = rates["peak"], rates["training"]

@@ -318,6 +318,26 @@ def experiment_plan(experiment: str, overrides: list[str]) -> tuple[dict[str, An
     return cfg, plan
 
 
+def paper_grid() -> list[str]:
+    """The paper grid's experiments (``conf/experiment/paper_opt*``), by name."""
+    from ..config import config_dir
+
+    return sorted(f.stem for f in (config_dir() / "experiment").glob("paper_opt*"))
+
+
+#: The plan's columns in the grid tables (:func:`plan_cells`).
+PLAN_HEADER = "strategy | devices | batch x tokens | checkpointing | GiB per device"
+
+
+def plan_cells(plan: MemoryPlan, gib: float) -> str:
+    """A plan's cells in a Markdown table row (:data:`PLAN_HEADER`, then whether it fits)."""
+    fits = "yes" if plan.total <= gib * GIB else "no"
+    return (
+        f"{plan.strategy} | {plan.devices} | {plan.batch} x {plan.seq_len} | "
+        f"{'on' if plan.checkpointing else 'off'} | {plan.total / GIB:.1f} | {fits}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m skipdecode.training.memory",
@@ -329,22 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gib", type=float, default=80.0, help="memory of one device (default 80)")
     p.add_argument("--override", action="append", default=[], help="a Hydra override")
     args = p.parse_args(argv)
-    names = list(args.experiments)
-    if args.grid:
-        from ..config import config_dir
-
-        names += sorted(f.stem for f in (config_dir() / "experiment").glob("paper_opt*"))
+    names = list(args.experiments) + (paper_grid() if args.grid else [])
     if not names:
         p.error("give experiment names or --grid")
-    print("| experiment | strategy | devices | batch x tokens | checkpointing | GiB per device "
-          f"| fits {args.gib:g} GiB |")  # fmt: skip
+    print(f"| experiment | {PLAN_HEADER} | fits {args.gib:g} GiB |")
     print("|---|---|---|---|---|---|---|")
     for name in names:
         _, plan = experiment_plan(name, args.override)
-        fits = plan.total <= args.gib * GIB
-        print(f"| {name} | {plan.strategy} | {plan.devices} | {plan.batch} x {plan.seq_len} | "
-              f"{'on' if plan.checkpointing else 'off'} | {plan.total / GIB:.1f} | "
-              f"{'yes' if fits else 'no'} |")  # fmt: skip
+        print(f"| {name} | {plan_cells(plan, args.gib)} |")
     return 0
 
 
