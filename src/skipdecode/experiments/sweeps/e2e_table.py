@@ -14,7 +14,6 @@ cell on 2 cores).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -27,7 +26,7 @@ from ...io import read_json_or_none, write_json_atomic, write_text_atomic
 from ...paths import cache_dir
 from .cell_outputs import cell_generations
 from .seeds import SEED_GROUP, mean_ci95
-from .table import collect, csv_text, write_each
+from .table import collect, csv_text, page_command
 
 log = logging.getLogger(__name__)
 
@@ -188,17 +187,10 @@ def write_e2e_suite(folder: str | Path) -> dict[str, Path] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("folders", nargs="+", type=Path, help="results folders (published or sweeps)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        require_java("skipdecode.experiments.sweeps.e2e_table")
-    except ValueError as e:
-        p.error(str(e))
-    write_each(p, args.folders, write_e2e_suite, "no E2E cells")
+    page_command(
+        __doc__, argv, write_e2e_suite, "no E2E cells",
+        require=lambda: require_java("skipdecode.experiments.sweeps.e2e_table"),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ whole or not at all. ROUGE is on SciTLDR's 0-100 scale.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from ...evaluation.metrics.text import ROUGE_CONVENTIONS, rouge
 from ...io import read_json_or_none, write_text_atomic
 from .cell_outputs import cell_generations
 from .seeds import SEED_GROUP, mean_ci95, results_order
-from .table import collect, csv_text, num, write_each
+from .table import collect, csv_text, num, page_command
 
 log = logging.getLogger(__name__)
 
@@ -316,13 +315,7 @@ def write_summaries(folder: str | Path) -> dict[str, Path] | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("folders", nargs="+", type=Path, help="results folders (published or sweeps)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    write_each(p, args.folders, write_summaries, "no cells")
+    page_command(__doc__, argv, write_summaries, "no cells")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ dropped: failed, interrupted and pending cells are rows of the table with their 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +36,7 @@ __all__ = [
     "csv_text",
     "format_markdown",
     "format_results_markdown",
-    "write_each",
+    "page_command",
     "write_tables",
     "num",
 ]
@@ -356,16 +358,29 @@ def write_tables(
     return paths
 
 
-def write_each(
-    parser: Any,
-    folders: Sequence[Path],
+def page_command(
+    description: str,
+    argv: Sequence[str] | None,
     write: Callable[[Path], Mapping[str, Path] | None],
     nothing: str,
+    require: Callable[[], None] | None = None,
 ) -> None:
-    """A page command over results folders: each one's ``write``, printing what it wrote (or
-    ``nothing``); a folder that does not exist is refused by the ``parser`` (argparse)."""
-    for folder in folders:
+    """A page command over results folders (``folders`` on its command line): ``require``
+    first (a ``ValueError`` it raises is the command's error), then each folder's ``write``,
+    printing what it wrote (or ``nothing``); a folder that does not exist is refused."""
+    p = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("folders", nargs="+", type=Path, help="results folders (published or sweeps)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        if require is not None:
+            require()
+    except ValueError as e:
+        p.error(str(e))
+    for folder in args.folders:
         if not folder.is_dir():
-            parser.error(f"folders: {str(folder)!r} is not a directory")
+            p.error(f"folders: {str(folder)!r} is not a directory")
         paths = write(folder)
         print(f"{folder}: " + (", ".join(map(str, paths.values())) if paths else nothing))
