@@ -102,8 +102,8 @@ class StaticPass:
         self.kwargs = tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, kwargs)
         self.position = position.clone()
         self.mask = mask.clone()
-        self._inputs = [self.hidden, self.position, self.mask, *_tensors(self.kwargs)]
-        self._others = _others(kwargs)  # the non-tensor arguments, fixed in the recordings
+        tensors, self._others = _leaves(self.kwargs)  # non-tensors: fixed in the recordings
+        self._inputs = [self.hidden, self.position, self.mask, *tensors]
         self.steps: dict[Any, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = {}
 
     def load(
@@ -114,11 +114,12 @@ class StaticPass:
         mask: torch.Tensor,
     ) -> None:
         """Copy one pass's inputs into the static buffers."""
-        given = [hidden, position, mask, *_tensors(kwargs)]
-        if len(given) != len(self._inputs) or _others(kwargs) != self._others:
+        tensors, others = _leaves(kwargs)
+        given = [hidden, position, mask, *tensors]
+        if len(given) != len(self._inputs) or others != self._others:
             raise ValueError(
                 f"the pass's inputs ({len(given)} tensors, other arguments "
-                f"{_others(kwargs)}) are not those its graphs were recorded with "
+                f"{others}) are not those its graphs were recorded with "
                 f"({len(self._inputs)} tensors, {self._others})"
             )
         for dst, src in zip(self._inputs, given, strict=True):
@@ -183,11 +184,8 @@ class StaticHead:
         return self.logits.clone()
 
 
-def _tensors(tree: Any) -> list[torch.Tensor]:
+def _leaves(tree: Any) -> tuple[list[torch.Tensor], list[Any]]:
+    """``tree``'s tensors and its other leaves, each in order."""
     leaves, _ = tree_flatten(tree)
-    return [v for v in leaves if isinstance(v, torch.Tensor)]
-
-
-def _others(tree: Any) -> list[Any]:
-    leaves, _ = tree_flatten(tree)
-    return [v for v in leaves if not isinstance(v, torch.Tensor)]
+    tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+    return tensors, [v for v in leaves if not isinstance(v, torch.Tensor)]
