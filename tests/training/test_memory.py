@@ -1,7 +1,7 @@
 """The memory plan: bytes per device by precision, optimizer, strategy, batch and checkpointing;
 the paper's 6.7B cell refused on one 80 GB card with the fixes named and planned under 80 GB
 sharded; SmolLM2's plan within 25% of the peaks its GPU cells measured; a plan for the whole
-grid offline, without weights."""
+grid offline, without weights; the measured peaks recorded beside the plan."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from skipdecode.training.memory import (
     require_fit,
     shape_sizes,
 )
+from skipdecode.training.peak import DevicePeak, peak_record, read_peak
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 SIZES = ModelSizes(params=1000, layer_params=100, hidden=8, layers=4, vocab=50)
@@ -102,3 +103,28 @@ def test_grid_plans_gpu_hours_from_the_measured_rates():
     assert row["tokens"] == tokens
     assert row["hours_at_peak"] == pytest.approx(6 * plan.params * tokens / 100e12 / 3600)
     assert row["hours_at_measured"] == pytest.approx(6 * plan.params * tokens / 1e12 / 3600)
+
+
+def test_measured_peaks_are_recorded_beside_the_plan():
+    """Every device's peak in rank order, the busiest one's reserved bytes, and the plan's total
+    over it; mismatched or missing peaks are refused."""
+    record = peak_record([3 * GIB, 4 * GIB], [5 * GIB, 6 * GIB], 9 * GIB, "NVIDIA H100")
+    assert record["devices"] == 2
+    assert record["peak_reserved_bytes"] == 6 * GIB
+    assert record["plan_over_peak"] == pytest.approx(1.5)
+    assert peak_record([1], [2], None, "gpu")["plan_over_peak"] is None
+    for allocated, reserved in (([1, 2], [3]), ([], [])):
+        with pytest.raises(ValueError, match="one of each per device"):
+            peak_record(allocated, reserved, 1, "gpu")
+
+
+def test_no_peak_is_written_off_a_gpu(tmp_path):
+    """On a CPU the callback measures nothing and writes no file (the run records None)."""
+    import torch
+
+    module = torch.nn.Linear(1, 1)
+    module.device = torch.device("cpu")
+    callback = DevicePeak(tmp_path, plan_bytes=GIB)
+    callback.on_fit_start(None, module)
+    callback.on_fit_end(None, module)
+    assert read_peak(tmp_path) is None

@@ -33,6 +33,7 @@ from .export import export_checkpoint
 from .loggers import ResumableCSVLogger
 from .memory import check_devices, plan_run
 from .module import SkipDecodeLitModule
+from .peak import PEAK_FILE, DevicePeak, read_peak
 
 __all__ = ["train", "main", "build_tokenizer"]
 
@@ -156,9 +157,12 @@ def _best_checkpoint(trainer: pl.Trainer, output_dir: Path, fit_started: float) 
     return None
 
 
-def _trainer(cfg: DictConfig, output_dir: Path) -> tuple[pl.Trainer, str | None]:
+def _trainer(
+    cfg: DictConfig, output_dir: Path, plan_bytes: int | None = None
+) -> tuple[pl.Trainer, str | None]:
     """The Lightning trainer of the config, and the checkpoint it resumes from (if any)."""
-    callbacks = instantiate_callbacks(cfg.get("callbacks"))
+    # every run measures its devices' peak memory beside its plan (a no-op off a GPU)
+    callbacks = [*instantiate_callbacks(cfg.get("callbacks")), DevicePeak(output_dir, plan_bytes)]
     loggers = instantiate_loggers(cfg.get("logger"))
     ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
     if ckpt is not None:  # keep the interrupted run's metrics history
@@ -209,10 +213,12 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     )
     module.run_config = {**_container(cfg), "run_info": run_info}
 
-    trainer, ckpt = _trainer(cfg, output_dir)
+    trainer, ckpt = _trainer(cfg, output_dir, memory.get("total"))
     if trainer.is_global_zero:
         write_json_atomic(output_dir / "run_info.json", run_info)
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
+        # an earlier fit's peaks are not this one's
+        (output_dir / PEAK_FILE).unlink(missing_ok=True)
 
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
@@ -226,6 +232,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         int(trainer.global_step), int(metrics.pop("trainer/global_step", 0))
     )
     best = _best_checkpoint(trainer, output_dir, fit_started)
+    peak = read_peak(output_dir)
     export_dir = None
     if trainer.is_global_zero:
         if cfg.get("export", True) and best:
@@ -233,7 +240,13 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
             log.info("exported %s -> %s", best, export_dir)
         write_json_atomic(
             output_dir / "metrics.json",
-            {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info},
+            {
+                "metrics": metrics,
+                "best_ckpt": best,
+                "export_dir": export_dir,
+                **run_info,
+                "device_peak": peak,
+            },
         )
     objects = {
         "best_ckpt": best,
