@@ -1,4 +1,5 @@
-"""The GPU decode page and README's generated tables are written from committed records."""
+"""The GPU decode and training pages and README's generated tables are written from committed
+records."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 from skipdecode.experiments.benchmarks.gpu_page import gpu_page, readme_table, write_gpu_page
+from skipdecode.experiments.benchmarks.gpu_train_page import train_page
 from skipdecode.experiments.sweeps.readme import (
     BLOCKS,
     block_markers,
@@ -73,3 +75,31 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
 def test_committed_gpu_page_is_the_one_make_docs_writes():
     results = ROOT / "results"
     assert (results / "bench" / "decode-gpu.md").read_text() == gpu_page(results / "bench")
+
+
+def test_gpu_training_page_sets_each_plan_beside_its_measured_peak(tmp_path):
+    """One row per run folder with a metrics.json: the plan, the busiest device's reserved and
+    allocated peak, their ratio; a run without a measured peak says so; the committed page is
+    what make docs writes."""
+    gib = 2**30
+    runs = {
+        "sharded": {"total": 9 * gib, "strategy": "fsdp"},
+        "plain": {"total": 4 * gib, "strategy": "single"},
+    }
+    for name, plan in runs.items():
+        (tmp_path / name).mkdir()
+        peak = (
+            {"peak_reserved_bytes": 6 * gib, "allocated_bytes": [5 * gib], "plan_over_peak": 1.5}
+            if name == "sharded"
+            else None
+        )
+        record = {"memory_plan": plan, "device_peak": peak, "metrics": {"val/loss": 2.0}}
+        (tmp_path / name / "metrics.json").write_text(json.dumps(record))
+    (tmp_path / "not-a-run").mkdir()
+    rows = [line for line in train_page(tmp_path).splitlines() if line.startswith("| `")]
+    assert len(rows) == 2 and rows[0].startswith("| `plain`")
+    assert "| 9.00 | 6.00 | 5.00 | 1.50 |" in rows[1]
+    assert "| 4.00 | not measured | not measured |" in rows[0]
+    results = ROOT / "results"
+    committed = (results / "training" / "gpu-runs.md").read_text()
+    assert committed == train_page(results / "training")

@@ -118,13 +118,44 @@ def test_measured_peaks_are_recorded_beside_the_plan():
             peak_record(allocated, reserved, 1, "gpu")
 
 
-def test_no_peak_is_written_off_a_gpu(tmp_path):
-    """On a CPU the callback measures nothing and writes no file (the run records None)."""
+def _fit_with(callback: DevicePeak, root: Path) -> None:
+    """Two steps of a one-weight model on the CPU, with ``callback``."""
+    import pytorch_lightning as pl
     import torch
 
-    module = torch.nn.Linear(1, 1)
-    module.device = torch.device("cpu")
-    callback = DevicePeak(tmp_path, plan_bytes=GIB)
-    callback.on_fit_start(None, module)
-    callback.on_fit_end(None, module)
-    assert read_peak(tmp_path) is None
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, _):
+            return self.w(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 1)))
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=2, callbacks=[callback], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=root,
+    )  # fmt: skip
+    trainer.fit(Tiny(), data)
+
+
+def test_a_fit_writes_its_measured_peaks_and_none_off_a_gpu(tmp_path):
+    """Through a real fit: the peaks are read when training ends (while the model is still on
+    its device) and written whole; on a CPU the CUDA reader finds nothing and no file is left."""
+    seen = []
+
+    def measure(device):
+        seen.append(device.type)
+        return 5 * GIB, 7 * GIB
+
+    _fit_with(DevicePeak(tmp_path / "measured", 14 * GIB, measure=measure), tmp_path)
+    record = read_peak(tmp_path / "measured")
+    assert seen == ["cpu"]
+    assert record["allocated_bytes"] == [5 * GIB] and record["reserved_bytes"] == [7 * GIB]
+    assert record["plan_over_peak"] == pytest.approx(2.0)
+    _fit_with(DevicePeak(tmp_path / "cpu", GIB), tmp_path)
+    assert read_peak(tmp_path / "cpu") is None

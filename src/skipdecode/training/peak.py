@@ -1,9 +1,9 @@
 """The device memory a training run used, beside its plan (:mod:`.memory`).
 
-:class:`DevicePeak` resets each GPU's peak counters when fitting starts and, when it ends, gathers
-every device's peak (what the allocator allocated, and what it reserved: the number
-``gpu_peak_bytes`` records for the GPU sweep's cells) to rank 0, which writes them whole into
-the run's ``device_peak.json``. The run then records them in ``metrics.json`` beside its plan,
+:class:`DevicePeak` resets each GPU's peak counters when fitting starts and, when training
+ends, gathers every device's peak (what the allocator allocated, and what it reserved: the
+number ``gpu_peak_bytes`` records for the GPU sweep's cells) to rank 0, which writes them whole
+into the run's ``device_peak.json``. The run then records them in ``metrics.json`` beside its plan,
 with the plan's total over the measured peak. Off a GPU it writes nothing.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from ..io import write_json_atomic
 from .memory import GIB
 
-__all__ = ["PEAK_FILE", "DevicePeak", "peak_record", "read_peak"]
+__all__ = ["PEAK_FILE", "DevicePeak", "cuda_peaks", "peak_record", "read_peak"]
 
 log = logging.getLogger(__name__)
 PEAK_FILE = "device_peak.json"
@@ -54,33 +55,45 @@ def read_peak(output_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-class DevicePeak(pl.Callback):
-    """Measure each GPU's peak memory over ``fit`` and write it, gathered, from rank 0."""
+def cuda_peaks(device: torch.device) -> tuple[int, int] | None:
+    """The peak bytes CUDA's allocator allocated and reserved on ``device`` (None off a GPU)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
 
-    def __init__(self, output_dir: Path, plan_bytes: int | None):
+
+class DevicePeak(pl.Callback):
+    """Measure each device's peak memory over training and write it, gathered, from rank 0.
+
+    It measures when training ends (``on_train_end``), before the strategy's teardown, which
+    moves a single device's model back to the CPU. ``measure`` reads one device's (allocated,
+    reserved) peak, None where there is nothing to read (the default reads CUDA's counters)."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        plan_bytes: int | None,
+        measure: Callable[[torch.device], tuple[int, int] | None] = cuda_peaks,
+    ):
         self.path = Path(output_dir) / PEAK_FILE
         self.plan_bytes = plan_bytes
+        self.measure = measure
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        device = pl_module.device
-        if device.type != "cuda":
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        device = trainer.strategy.root_device
+        peaks = self.measure(device)
+        if peaks is None:
             return
-        mine = torch.tensor(
-            [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)],
-            dtype=torch.int64,
-            device=device,
-        )
+        mine = torch.tensor(peaks, dtype=torch.int64, device=device)
         every = trainer.strategy.all_gather(mine).reshape(-1, 2).tolist()
         if not trainer.is_global_zero:
             return
-        record = peak_record(
-            [a for a, _ in every], [r for _, r in every], self.plan_bytes,
-            torch.cuda.get_device_name(device),
-        )  # fmt: skip
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
+        record = peak_record([a for a, _ in every], [r for _, r in every], self.plan_bytes, name)
         write_json_atomic(self.path, record)
         log.info(
             "measured peak: %.2f GiB reserved on the busiest of %d device(s); the plan said %s",

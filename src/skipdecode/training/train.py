@@ -178,6 +178,32 @@ def _trainer(
     return trainer, ckpt
 
 
+def _finish(
+    cfg: DictConfig, trainer: pl.Trainer, output_dir: Path, fit_started: float, run_info: dict
+) -> tuple[dict[str, float], str | None, str | None]:
+    """After ``fit``: the final metrics, the best checkpoint, and (rank 0) its export and the
+    run's ``metrics.json`` (metrics, run info, the devices' measured peak)."""
+    metrics = {
+        k: float(v)
+        for k, v in trainer.callback_metrics.items()
+        if isinstance(v, torch.Tensor) and v.numel() == 1
+    }
+    metrics["global_step"] = max(
+        int(trainer.global_step), int(metrics.pop("trainer/global_step", 0))
+    )
+    best = _best_checkpoint(trainer, output_dir, fit_started)
+    export_dir = None
+    if trainer.is_global_zero:
+        if cfg.get("export", True) and best:
+            export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
+            log.info("exported %s -> %s", best, export_dir)
+        record = {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info}
+        write_json_atomic(
+            output_dir / "metrics.json", {**record, "device_peak": read_peak(output_dir)}
+        )
+    return metrics, best, export_dir
+
+
 def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     pl.seed_everything(int(cfg.seed), workers=True)
 
@@ -223,31 +249,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
 
-    metrics = {
-        k: float(v)
-        for k, v in trainer.callback_metrics.items()
-        if isinstance(v, torch.Tensor) and v.numel() == 1
-    }
-    metrics["global_step"] = max(
-        int(trainer.global_step), int(metrics.pop("trainer/global_step", 0))
-    )
-    best = _best_checkpoint(trainer, output_dir, fit_started)
-    peak = read_peak(output_dir)
-    export_dir = None
-    if trainer.is_global_zero:
-        if cfg.get("export", True) and best:
-            export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
-            log.info("exported %s -> %s", best, export_dir)
-        write_json_atomic(
-            output_dir / "metrics.json",
-            {
-                "metrics": metrics,
-                "best_ckpt": best,
-                "export_dir": export_dir,
-                **run_info,
-                "device_peak": peak,
-            },
-        )
+    metrics, best, export_dir = _finish(cfg, trainer, output_dir, fit_started, run_info)
     objects = {
         "best_ckpt": best,
         "export_dir": export_dir,

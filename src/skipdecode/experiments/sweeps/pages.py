@@ -16,7 +16,8 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
 and the E2E suite scores E2E cells only)
 
 then ``results/PROVENANCE.md`` (:mod:`.audit`), the GPU decode page
-(:mod:`~skipdecode.experiments.benchmarks.gpu_page`) and README's generated tables
+(:mod:`~skipdecode.experiments.benchmarks.gpu_page`), the GPU training page
+(:mod:`~skipdecode.experiments.benchmarks.gpu_train_page`) and README's generated tables
 (:mod:`.readme`). A part that cannot run here (no Java, no
 tokenizer) is skipped and said, never half-written. On a clean clone the committed pages are
 what this writes, so it leaves git clean; prose around the tables lives in ``docs/`` and cites
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from ...io import write_text_atomic
 from ..benchmarks.gpu_page import write_gpu_page
+from ..benchmarks.gpu_train_page import write_train_page
 from .aggregate import aggregate
 from .audit import AUDIT_PAGE, audit_page
 from .readme import write_readme
@@ -104,6 +106,9 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
     write_text_atomic(results / AUDIT_PAGE, audit_page(results))
     done.append(f"{AUDIT_PAGE}: provenance of every record")
     done.append(write_gpu_page(results))
+    train = write_train_page(results)
+    if train:
+        done.append(train)
     readme = results.resolve().parent / "README.md"
     if readme.is_file():
         done.append(write_readme(readme, results))
