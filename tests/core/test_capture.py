@@ -20,6 +20,7 @@ from skipdecode.core import compiled as compiled_module
 from skipdecode.core.cache import StaticKVCache
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.pool import CachePool
+from skipdecode.core.speculative import kept_rows
 from skipdecode.schedules import FullSchedule, LinearSchedule, build_schedule, linear_for_speedup
 
 NEW = 12
@@ -92,8 +93,11 @@ def test_capture_one_graph_per_layer_set_equals_eager_and_a_foreign_cache_is_ref
 
 
 def test_capture_the_lossless_mode_equals_the_full_model_through_compaction(decoders):
+    """Six rows stop at different rounds: the batch compacts into the pool's power-of-two
+    buckets (three live rows keep a fourth, finished one) and every token equals the full
+    model's."""
     eager, graphs = decoders
-    ids, mask = left_padded_batch([5, 9, 4, 6], seed=5)
+    ids, mask = left_padded_batch([5, 9, 4, 6, 7, 3], seed=6)
     ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
     eos = int(ref.generated_ids[0, 3])  # rows stop early, the batch compacts
     kw = dict(eos_token_id=[eos], pad_token_id=PAD)
@@ -106,9 +110,21 @@ def test_capture_the_lossless_mode_equals_the_full_model_through_compaction(deco
     )
     assert torch.equal(out.generated_ids, full.generated_ids)
     assert out.stats.generated_lengths == full.stats.generated_lengths
-    assert min(rounds) < 4  # finished rows left: the rows were copied into the pool's buffers
+    assert 4 in rounds and set(rounds) <= {6, 4, 2, 1}, rounds  # copied into pooled buckets
     batches = {batch for batch, _ in graphs.pool.shapes}
-    assert 4 in batches and min(batches) < 4
+    assert {6, 4}.issubset(batches)
+
+
+def test_capture_a_compaction_keeps_a_power_of_two_bucket_in_row_order():
+    """On the compiled path a compaction keeps the live rows and finished ones to fill the next
+    power of two, in order; the eager path keeps the live rows alone."""
+    live = torch.tensor([0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0], dtype=torch.bool)
+    assert kept_rows(live, bucketed=False).tolist() == [1, 3, 4]
+    assert kept_rows(live, bucketed=True).tolist() == [0, 1, 3, 4]
+    one = torch.tensor([0, 0, 1, 0], dtype=torch.bool)
+    assert kept_rows(one, bucketed=True).tolist() == [2]
+    five = torch.tensor([1] * 5 + [0] * 11, dtype=torch.bool)
+    assert kept_rows(five, bucketed=True).tolist() == list(range(8))
 
 
 class _Recorder(TorchDispatchMode):
