@@ -32,7 +32,7 @@ from ..data.datasets import get_task, median_target_length
 from ..io import write_json_atomic, write_jsonl_atomic
 from ..progress import progress_setting
 from ..schedules import FullSchedule, Schedule
-from .generation import generate_all, speed_record
+from .generation import GenerationRun, generate_all, speed_record
 from .inputs import (
     EvaluationError,
     LoadedModel,
@@ -230,19 +230,8 @@ def _decode_options(ev: Mapping[str, Any]) -> DecodeOptions:
 
 
 def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        c = resolve_config(cfg)
-    except ConfigError as e:
-        raise EvaluationError(str(e)) from e
+    c, out_dir, seed = _start(cfg)
     ev = c["eval"]
-    _check_keys(c)
-    _decode_options(ev)
-    out_dir = Path(c["output_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    seed = int(c.get("seed", 0))
-    if ev.get("threads"):
-        torch.set_num_threads(int(ev["threads"]))
-    pl.seed_everything(seed, verbose=False)
     s = _setup(c, out_dir)
     gen = s.generation
 
@@ -253,56 +242,28 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     batches = batch_order(prompt_ids, int(gen["batch_size"]), gen.get("sort_by_length", True))
 
     speed_cfg = ev.get("speed") or {}
-    baseline = speed_cfg.get("baseline")
-    if baseline not in (None, "full"):
-        raise EvaluationError(f"eval.speed.baseline={baseline!r}; allowed: 'full' or null (off)")
-    base_schedule = None
-    if baseline == "full":
-        if s.schedule.describe().get("name") == "full":
-            baseline = "self"
-        else:
-            base_schedule = FullSchedule(s.decoder.num_layers)
+    baseline, base_schedule = _speed_baseline(speed_cfg, s)
 
     t0 = time.perf_counter()
+    warmup = int(speed_cfg.get("warmup_batches", 1))
+    repeats = int(speed_cfg.get("repeats", 1)) if base_schedule is not None else 1
+    timed = speed_cfg.get("timed_batches")
     run = generate_all(
-        s.decoder,
-        batches,
-        prompt_ids,
-        s.schedule,
-        base_schedule,
-        gen,
-        seed,
-        int(speed_cfg.get("warmup_batches", 1)),
-        int(speed_cfg.get("repeats", 1)) if base_schedule is not None else 1,
-        speed_cfg.get("timed_batches"),
+        s.decoder, batches, prompt_ids, s.schedule, base_schedule, gen, seed, warmup, repeats, timed
     )
-    outputs = run.texts
     gen_wall = time.perf_counter() - t0
     references = [list(ex.references) for ex in s.examples]
 
     t1 = time.perf_counter()
-    quality = compute_all(outputs, references, s.metric_settings, prefix="eval.metrics")
+    quality = compute_all(run.texts, references, s.metric_settings, prefix="eval.metrics")
     per_input = per_input_scores(quality)
     metric_wall = time.perf_counter() - t1
     speed = speed_record(run, baseline)
 
-    rows = [
-        {
-            "index": i,
-            "input": ex.source,
-            "prompt": s.task.prompt(ex.source),
-            "references": list(ex.references),
-            "output": outputs[i],
-            "generated_tokens": run.token_counts[i],
-            "ended": run.ended[i],
-            "scores": {name: values[i] for name, values in per_input.items()},
-        }
-        for i, ex in enumerate(s.examples)
-    ]
+    rows = _rows(s, run, per_input)
     bleu_settings = (quality.get("bleu") or {}).get("settings") or {}
     output_stats = output_statistics(rows, bleu_settings, int(gen["max_new_tokens"]))
 
-    model = s.lm.model
     record: dict[str, Any] = {
         "kind": RECORD_KIND,
         "version": RECORD_VERSION,
@@ -311,21 +272,8 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         "outputs": output_stats,
         "quality": quality,
         "speed": speed,
-        "model": {
-            "path": str(s.lm.path),
-            "source": s.lm.source,
-            "num_layers": s.decoder.num_layers,
-            "family": type(model).__name__,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": str(next(model.parameters()).dtype),
-        },
-        "schedule": {
-            **s.schedule.describe(),
-            "calibration": s.calibration,
-            "origin": s.schedule_origin,
-            "expected_length": s.expected_length,
-            "expected_length_source": s.expected_length_source,
-        },
+        "model": _model_record(s),
+        "schedule": _schedule_record(s),
         "dataset": {
             **s.data_settings,
             "split": s.split,
@@ -339,14 +287,14 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             **gen,
             **_decode_options(ev).as_dict(),
             "baseline": baseline,
-            "warmup_batches": int(speed_cfg.get("warmup_batches", 1)),
+            "warmup_batches": warmup,
             "repeats": run.repeats,
-            "timed_batches": speed_cfg.get("timed_batches"),
+            "timed_batches": timed,
         },
         "timing_s": {"generation_wall": gen_wall, "metrics_wall": metric_wall},
         "train_meta": s.lm.meta,
         "config": c,
-        "provenance": eval_provenance(seed, str(next(model.parameters()).device)),
+        "provenance": eval_provenance(seed, str(next(s.lm.model.parameters()).device)),
         "files": {"generations": GENERATIONS_FILE},
     }
     write_jsonl_atomic(out_dir / GENERATIONS_FILE, rows)
@@ -355,6 +303,83 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     log.info("summary: %s", json.dumps(record["summary"]))
     log_wandb(c.get("wandb") or {}, record, rows, out_dir)
     return record
+
+
+def _start(cfg: DictConfig | Mapping[str, Any]) -> tuple[dict[str, Any], Path, int]:
+    """The resolved config (keys and decode options checked), the output folder (created) and
+    the seed; also sets ``eval.threads`` and seeds everything."""
+    try:
+        c = resolve_config(cfg)
+    except ConfigError as e:
+        raise EvaluationError(str(e)) from e
+    ev = c["eval"]
+    _check_keys(c)
+    _decode_options(ev)
+    out_dir = Path(c["output_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seed = int(c.get("seed", 0))
+    if ev.get("threads"):
+        torch.set_num_threads(int(ev["threads"]))
+    pl.seed_everything(seed, verbose=False)
+    return c, out_dir, seed
+
+
+def _speed_baseline(speed_cfg: Mapping[str, Any], s: _Setup) -> tuple[str | None, Schedule | None]:
+    """The baseline as recorded (``'full'``, ``'self'`` where the schedule is ``full`` itself, or
+    None) and the schedule to time against (None: no timed baseline)."""
+    baseline = speed_cfg.get("baseline")
+    if baseline not in (None, "full"):
+        raise EvaluationError(f"eval.speed.baseline={baseline!r}; allowed: 'full' or null (off)")
+    base_schedule = None
+    if baseline == "full":
+        if s.schedule.describe().get("name") == "full":
+            baseline = "self"
+        else:
+            base_schedule = FullSchedule(s.decoder.num_layers)
+    return baseline, base_schedule
+
+
+def _rows(s: _Setup, run: GenerationRun, per_input: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The lines of ``generations.jsonl``: per input, its prompt, references, output, generated
+    tokens, whether it ended at EOS, and its scores."""
+    return [
+        {
+            "index": i,
+            "input": ex.source,
+            "prompt": s.task.prompt(ex.source),
+            "references": list(ex.references),
+            "output": run.texts[i],
+            "generated_tokens": run.token_counts[i],
+            "ended": run.ended[i],
+            "scores": {name: values[i] for name, values in per_input.items()},
+        }
+        for i, ex in enumerate(s.examples)
+    ]
+
+
+def _model_record(s: _Setup) -> dict[str, Any]:
+    """The record's ``model`` section: where it came from, its family, size and dtype."""
+    model = s.lm.model
+    return {
+        "path": str(s.lm.path),
+        "source": s.lm.source,
+        "num_layers": s.decoder.num_layers,
+        "family": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(next(model.parameters()).dtype),
+    }
+
+
+def _schedule_record(s: _Setup) -> dict[str, Any]:
+    """The record's ``schedule`` section: the schedule, its calibration and origin, and the
+    expected length it was resolved for."""
+    return {
+        **s.schedule.describe(),
+        "calibration": s.calibration,
+        "origin": s.schedule_origin,
+        "expected_length": s.expected_length,
+        "expected_length_source": s.expected_length_source,
+    }
 
 
 def main() -> None:

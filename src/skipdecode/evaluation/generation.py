@@ -50,7 +50,7 @@ from typing import Any
 from ..core.costs import ideal_speedup, step_cost_split
 from ..core.engine import SkipDecoder
 from ..core.prompts import special_ids
-from ..core.stats import GenerationStats, SpeculationCounts
+from ..core.stats import GenerationOutput, GenerationStats, SpeculationCounts
 from ..data.collate import left_pad
 from ..progress import progress
 from ..schedules import Schedule
@@ -150,6 +150,26 @@ class GenerationRun:
     ended: list[bool] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Decoding:
+    """The decoder and the settings every decode of one :func:`generate_all` shares."""
+
+    decoder: SkipDecoder
+    schedule: Schedule
+    baseline: Schedule | None
+    gen: Mapping[str, Any]
+    sampling: dict[str, Any]  # do_sample, temperature, top_p
+    stop: bool  # the schedule's rows stop at EOS (the baseline's never do)
+
+    def generate(
+        self, ids: Any, mask: Any, schedule: Schedule, n: int, seed: int, stop: bool, texts: bool
+    ) -> GenerationOutput:
+        """At most ``n`` new tokens for ``ids`` under ``schedule``; ``stop``: at EOS."""
+        return self.decoder.generate(
+            ids, schedule, n, mask, seed=seed, stop_at_eos=stop, decode_texts=texts, **self.sampling
+        )
+
+
 def generate_all(
     decoder: SkipDecoder,
     batches: list[list[int]],
@@ -186,79 +206,18 @@ def generate_all(
         temperature=float(gen["temperature"]),
         top_p=float(gen["top_p"]),
     )
-    stop = gen["stop"] == "eos"
+    d = _Decoding(decoder, schedule, baseline, gen, kwargs, gen["stop"] == "eos")
     for w in range(min(warmup_batches, len(batches))):  # untimed: first-call overheads
         ids, mask = left_pad([prompt_ids[i] for i in batches[w]], pad_id)
         for sched in (schedule, baseline):
             if sched is not None:
-                decoder.generate(
-                    ids,
-                    sched,
-                    min(8, gen["max_new_tokens"]),
-                    mask,
-                    seed=seed,
-                    stop_at_eos=stop,
-                    decode_texts=False,
-                    **kwargs,
-                )
+                d.generate(ids, mask, sched, min(8, gen["max_new_tokens"]), seed, d.stop, False)
     run = GenerationRun(texts, main, base, repeats)
     run.token_counts, run.ended = [0] * len(prompt_ids), [False] * len(prompt_ids)
     eos_ids = set(special_ids(decoder.model, decoder.tokenizer, None, None)[0])
     for b, index in progress(enumerate(batches), "generating", total=len(batches)):
         ids, mask = left_pad([prompt_ids[i] for i in index], pad_id)
-        times: dict[str, list[float]] = {
-            "decode": [],
-            "prefill": [],
-            "base_decode": [],
-            "base_prefill": [],
-        }
-        steps = None
-        for r in range(repeats if b in timed else 1):
-            order = ("schedule", "baseline") if r % 2 == 0 else ("baseline", "schedule")
-            for who in order:
-                if who == "schedule":
-                    out = decoder.generate(
-                        ids,
-                        schedule,
-                        gen["max_new_tokens"],
-                        mask,
-                        seed=seed + b,
-                        stop_at_eos=stop,
-                        decode_texts=r == 0,
-                        **kwargs,
-                    )
-                    times["decode"].append(out.stats.decode_seconds)
-                    times["prefill"].append(out.stats.prefill_seconds)
-                    if r == 0:
-                        main.add(out.stats)
-                        for i, text in zip(index, out.texts, strict=True):
-                            texts[i] = text.strip()
-                        rows = out.generated_ids.tolist()
-                        for i, n, ids_ in zip(
-                            index, out.stats.generated_lengths, rows, strict=True
-                        ):
-                            run.token_counts[i] = int(n)
-                            run.ended[i] = n > 0 and ids_[n - 1] in eos_ids
-                        steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
-                        times["passes"] = [float(out.stats.decode_steps)]
-                        times["layers"] = [float(sum(out.stats.budgets))]
-                elif baseline is not None and b in timed:
-                    assert steps is not None  # round 0 runs the schedule first
-                    ref = decoder.generate(
-                        ids,
-                        baseline,
-                        steps,
-                        mask,
-                        seed=seed + b,
-                        stop_at_eos=False,
-                        decode_texts=False,
-                        **kwargs,
-                    )
-                    times["base_decode"].append(ref.stats.decode_seconds)
-                    times["base_prefill"].append(ref.stats.prefill_seconds)
-                    if r == 0:
-                        base.add(ref.stats)  # type: ignore[union-attr]
-        run.times.append(times)
+        run.times.append(_decode_batch(d, run, seed + b, index, ids, mask, b in timed, eos_ids))
         if b == min(timed, default=-1) and baseline is not None:
             run.cost_split = step_cost_split(decoder, ids, mask, steps=5)
         log.info("batch %d/%d done", b + 1, len(batches))
@@ -270,6 +229,51 @@ def generate_all(
         base.decode_s = sum(statistics.median(t["base_decode"]) for t in timed_times)
         base.prefill_s = sum(statistics.median(t["base_prefill"]) for t in timed_times)
     return run
+
+
+def _decode_batch(
+    d: _Decoding,
+    run: GenerationRun,
+    seed: int,
+    index: list[int],
+    ids: Any,
+    mask: Any,
+    timed: bool,
+    eos_ids: set[int],
+) -> dict[str, list[float]]:
+    """A batch's seconds per round (``run.repeats`` rounds if ``timed``, else one) and, from the
+    first, its passes and layers; its outputs and layer accounting go into ``run``."""
+    keys = ("decode", "prefill", "base_decode", "base_prefill")
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    steps = None
+    for r in range(run.repeats if timed else 1):
+        order = ("schedule", "baseline") if r % 2 == 0 else ("baseline", "schedule")
+        for who in order:
+            if who == "schedule":
+                out = d.generate(
+                    ids, mask, d.schedule, d.gen["max_new_tokens"], seed, d.stop, r == 0
+                )
+                times["decode"].append(out.stats.decode_seconds)
+                times["prefill"].append(out.stats.prefill_seconds)
+                if r == 0:
+                    run.main.add(out.stats)
+                    for i, text in zip(index, out.texts, strict=True):
+                        run.texts[i] = text.strip()
+                    rows = out.generated_ids.tolist()
+                    for i, n, ids_ in zip(index, out.stats.generated_lengths, rows, strict=True):
+                        run.token_counts[i] = int(n)
+                        run.ended[i] = n > 0 and ids_[n - 1] in eos_ids
+                    steps = out.stats.decode_steps + (1 if out.generated_ids.shape[1] else 0)
+                    times["passes"] = [float(out.stats.decode_steps)]
+                    times["layers"] = [float(sum(out.stats.budgets))]
+            elif d.baseline is not None and timed:
+                assert steps is not None  # round 0 runs the schedule first
+                ref = d.generate(ids, mask, d.baseline, steps, seed, False, False)
+                times["base_decode"].append(ref.stats.decode_seconds)
+                times["base_prefill"].append(ref.stats.prefill_seconds)
+                if r == 0:
+                    run.base.add(ref.stats)  # type: ignore[union-attr]
+    return times
 
 
 def timed_batch_indices(num_batches: int, timed_batches: int | None) -> set[int]:
