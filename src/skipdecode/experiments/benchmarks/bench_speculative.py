@@ -35,9 +35,7 @@ the peer of the compiled decode benchmark, ``make study NAME=decode_smollm2_cpu_
 
 from __future__ import annotations
 
-import argparse
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +44,15 @@ import torch
 from ...core.engine import SkipDecoder
 from ...progress import progress
 from ...schedules import FullSchedule, Schedule, build_schedule
+from .bench_speculative_args import check_counts, check_drafts, parser
 from .bench_tables import (
-    add_plan_graphs_option,
-    add_run_options,
     decode_options_of,
     load_bench_model,
     speculative_table,
     started_provenance,
     write_bench,
 )
-from .bench_workloads import CHAT_PROMPTS, WORKLOADS, Workload, load_workload
+from .bench_workloads import CHAT_PROMPTS, Workload, load_workload
 
 __all__ = ["CHAT_PROMPTS", "bench_speculative", "round_cost", "main"]
 
@@ -87,6 +84,184 @@ def round_cost(spec: dict[str, Any], full_step_s: float, steps: int) -> dict[str
     total = sum(per_round.values())
     out["predicted_speedup"] = out["steps_per_round"] / total if total else None
     return out
+
+
+def _schedules(
+    num_layers: int,
+    ks: tuple[int, ...],
+    draft: dict[str, Any],
+    new_tokens: int,
+    draft_budgets: tuple[int, ...],
+    draft_warmup: int,
+    auto_off: bool,
+) -> dict[str, Schedule]:
+    """Each variant's schedule by name: the full baseline, speculative with ``draft`` for each
+    k, and at the largest k the constant-budget drafts and, with ``auto_off``, auto_off."""
+    L = num_layers
+    schedules: dict[str, Schedule] = {"skipdecode-full": FullSchedule(L)}
+    for k in ks:
+        schedules[f"speculative-k{k}"] = build_schedule(
+            {"name": "speculative", "draft": draft, "k": k}, L, new_tokens
+        )
+    k_max = max(ks)
+    largest = f"speculative-k{k_max}"
+    for b in draft_budgets:
+        constant = {"name": "budgets", "budgets": [b], "warmup_layers": draft_warmup}
+        schedules[f"{largest}-b{b}"] = build_schedule(
+            {"name": "speculative", "draft": constant, "k": k_max}, L, new_tokens
+        )
+    if auto_off:
+        schedules[f"{largest}-auto"] = build_schedule(
+            {"name": "speculative", "draft": draft, "k": k_max, "auto_off": True}, L, new_tokens
+        )
+    return schedules
+
+
+def _with_draft_vocabs(
+    schedules: dict[str, Schedule],
+    largest: str,
+    workload: Workload,
+    tokenizer: Any,
+    draft_vocabs: tuple[int, ...],
+    draft_vocab: int | None,
+) -> None:
+    """Adds to ``schedules`` the ``largest`` variant again drafting over each size of
+    ``draft_vocabs``; with ``draft_vocab``, every other speculative variant drafts over that
+    many tokens. Returns nothing."""
+    for size in draft_vocabs:
+        vocab = workload.draft_vocab(tokenizer, size)
+        schedules[f"{largest}-vocab{size}"] = schedules[largest].with_draft_vocab(vocab)
+    if draft_vocab is not None:
+        vocab = workload.draft_vocab(tokenizer, draft_vocab)
+        for name, sched in schedules.items():
+            if name != "skipdecode-full" and not name.startswith(f"{largest}-vocab"):
+                schedules[name] = sched.with_draft_vocab(vocab)  # type: ignore[attr-defined]
+
+
+def _run(
+    dec: SkipDecoder, schedule: Schedule, work: list, new_tokens: int, eos: list[int]
+) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """``(run, generated)`` of one variant over the batches ``work``: the run's totals
+    (``decode_s``, ``steps``, ``tokens``), its summed speculation counts and its per-batch
+    records; the generated ids of each batch."""
+    counts, generated, batches_run = None, [], []
+    for ids, mask in work:
+        out = dec.generate(
+            ids, schedule, new_tokens, mask, eos_token_id=eos, decode_texts=False,
+            profile_rounds=ids.device.type == "cpu",
+        )  # fmt: skip
+        st = out.stats
+        batch = {
+            "decode_s": st.decode_seconds,
+            "steps": max(st.generated_lengths) - 1,
+            "tokens": sum(st.generated_lengths),
+        }
+        generated.append(out.generated_ids)
+        if st.speculation is not None:
+            sp = st.speculation
+            batch.update(drafted=sp.drafted, accepted=sp.accepted, row_rounds=sp.row_rounds)
+            counts = sp if counts is None else (counts.add(sp) or counts)
+        batches_run.append(batch)
+    spec = counts.as_dict() if counts is not None else None
+    run = {
+        **{key: sum(b[key] for b in batches_run) for key in ("decode_s", "steps", "tokens")},
+        "speculation": spec,
+        "batches": batches_run,
+    }
+    return run, generated
+
+
+def _samples(
+    dec: SkipDecoder,
+    schedules: dict[str, Schedule],
+    batches: list,
+    new_tokens: int,
+    eos: list[int],
+    repeats: int,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[torch.Tensor]]]:
+    """``(samples, outputs)``: each variant's ``repeats`` runs over the whole workload,
+    interleaved after a warm-up on its first batch; each variant's generated ids of its last
+    run."""
+    outputs: dict[str, list[torch.Tensor]] = {}
+    for name, schedule in schedules.items():  # warm-up on the first batch
+        _, outputs[name] = _run(dec, schedule, batches[:1], new_tokens, eos)
+    samples: dict[str, list[dict[str, Any]]] = {k: [] for k in schedules}
+    for _ in range(repeats):
+        for name, schedule in schedules.items():
+            run, outputs[name] = _run(dec, schedule, batches, new_tokens, eos)
+            samples[name].append(run)
+    return samples, outputs
+
+
+def _row(
+    runs: list[dict[str, Any]],
+    generated: list[torch.Tensor],
+    full: list[torch.Tensor],
+    full_s: float,
+    full_steps: int,
+) -> dict[str, Any]:
+    """One variant's row from its ``runs``: median decode time, speedup over the full model
+    (``full_s``: its median decode time, ``full_steps``: its decode steps), per-batch records
+    and, if it speculates, its acceptance, whether its output ``generated`` is the full
+    model's ``full``, and the round's cost split."""
+    decode = statistics.median(r["decode_s"] for r in runs)
+    row: dict[str, Any] = {
+        "decode_s": decode,
+        "ms_per_step_of_full": 1000 * decode / max(full_steps, 1),
+        "tokens": runs[0]["tokens"],
+        "speedup_vs_full": full_s / decode,
+        # per batch (at batch 1: per prompt), its decode time the median over the repeats
+        "per_batch": [
+            {**first, "decode_s": statistics.median(r["batches"][i]["decode_s"] for r in runs)}
+            for i, first in enumerate(runs[0]["batches"])
+        ],
+    }
+    spec = runs[0]["speculation"]
+    if spec:
+        row.update(
+            acceptance_rate=spec["acceptance_rate"],
+            tokens_per_verify=spec["tokens_per_verify"],
+            acceptance_by_budget={
+                str(b): v["acceptance_rate"] for b, v in spec["by_budget"].items()
+            },
+            turned_off=spec["turned_off"],
+            started_off=spec["started_off"],
+            plain_rounds=spec["plain_rounds"],
+            identical_to_full=all(torch.equal(a, b) for a, b in zip(generated, full, strict=True)),
+        )
+        if spec.get("phase_seconds"):
+            row["cost"] = round_cost(spec, full_s / max(full_steps, 1), full_steps)
+    return row
+
+
+def _rows(
+    samples: dict[str, list[dict[str, Any]]], outputs: dict[str, list[torch.Tensor]]
+) -> dict[str, dict[str, Any]]:
+    """Each variant's row by name (:func:`_row`), against the full model's runs."""
+    full_runs = samples["skipdecode-full"]
+    full_s = statistics.median(r["decode_s"] for r in full_runs)
+    full_steps = full_runs[0]["steps"]
+    return {
+        name: _row(runs, outputs[name], outputs["skipdecode-full"], full_s, full_steps)
+        for name, runs in samples.items()
+    }
+
+
+def _mark_chosen(
+    rows: dict[str, dict[str, Any]],
+    largest: str,
+    draft_budgets: tuple[int, ...],
+    draft_budget: int | None,
+) -> None:
+    """Marks ``chosen`` the constant-budget draft at the ``largest`` k with the highest predicted
+    speedup (``draft_budget``'s own among them), where every one has a prediction. Returns
+    nothing."""
+    constant = [f"{largest}-b{b}" for b in draft_budgets]
+    if draft_budget is not None and draft_budgets:  # the k variants draft with one too
+        constant.append(largest)
+    predicted = {n: (rows[n].get("cost") or {}).get("predicted_speedup") for n in constant}
+    if predicted and all(v is not None for v in predicted.values()):
+        rows[max(predicted, key=lambda n: predicted[n])]["chosen"] = True
 
 
 def bench_speculative(
@@ -129,113 +304,13 @@ def bench_speculative(
     }  # fmt: skip
     if draft_budget is not None:
         draft = {"name": "budgets", "budgets": [draft_budget], "warmup_layers": draft_warmup}
-    schedules: dict[str, Schedule] = {"skipdecode-full": FullSchedule(L)}
-    for k in ks:
-        schedules[f"speculative-k{k}"] = build_schedule(
-            {"name": "speculative", "draft": draft, "k": k}, L, new_tokens
-        )
-    k_max = max(ks)
-    largest = f"speculative-k{k_max}"
-    for b in draft_budgets:
-        constant = {"name": "budgets", "budgets": [b], "warmup_layers": draft_warmup}
-        schedules[f"{largest}-b{b}"] = build_schedule(
-            {"name": "speculative", "draft": constant, "k": k_max}, L, new_tokens
-        )
-    if auto_off:
-        schedules[f"{largest}-auto"] = build_schedule(
-            {"name": "speculative", "draft": draft, "k": k_max, "auto_off": True}, L, new_tokens
-        )
+    schedules = _schedules(L, ks, draft, new_tokens, draft_budgets, draft_warmup, auto_off)
+    largest = f"speculative-k{max(ks)}"
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    for size in draft_vocabs:
-        vocab = workload.draft_vocab(tokenizer, size)
-        schedules[f"{largest}-vocab{size}"] = schedules[largest].with_draft_vocab(vocab)
-    if draft_vocab is not None:
-        vocab = workload.draft_vocab(tokenizer, draft_vocab)
-        for name, sched in schedules.items():
-            if name != "skipdecode-full" and not name.startswith(f"{largest}-vocab"):
-                schedules[name] = sched.with_draft_vocab(vocab)  # type: ignore[attr-defined]
-    outputs: dict[str, list[torch.Tensor]] = {}
-
-    def run(name: str, schedule: Schedule, work: list) -> dict[str, Any]:
-        counts, generated, batches_run = None, [], []
-        for ids, mask in work:
-            out = dec.generate(
-                ids, schedule, new_tokens, mask, eos_token_id=eos, decode_texts=False,
-                profile_rounds=ids.device.type == "cpu",
-            )  # fmt: skip
-            st = out.stats
-            batch = {
-                "decode_s": st.decode_seconds,
-                "steps": max(st.generated_lengths) - 1,
-                "tokens": sum(st.generated_lengths),
-            }
-            generated.append(out.generated_ids)
-            if st.speculation is not None:
-                sp = st.speculation
-                batch.update(drafted=sp.drafted, accepted=sp.accepted, row_rounds=sp.row_rounds)
-                counts = sp if counts is None else (counts.add(sp) or counts)
-            batches_run.append(batch)
-        outputs[name] = generated
-        spec = counts.as_dict() if counts is not None else None
-        return {
-            **{key: sum(b[key] for b in batches_run) for key in ("decode_s", "steps", "tokens")},
-            "speculation": spec,
-            "batches": batches_run,
-        }
-
-    variants: dict[str, Callable[[list], dict[str, Any]]] = {
-        name: (lambda work, name=name, sched=sched: run(name, sched, work))
-        for name, sched in schedules.items()
-    }
-    for fn in variants.values():  # warm-up on the first batch
-        fn(batches[:1])
-    samples: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            samples[name].append(fn(batches))
-
-    full_runs = samples["skipdecode-full"]
-    full_s = statistics.median(r["decode_s"] for r in full_runs)
-    full_steps = full_runs[0]["steps"]
-    rows: dict[str, dict[str, Any]] = {}
-    for name, runs in samples.items():
-        decode = statistics.median(r["decode_s"] for r in runs)
-        row: dict[str, Any] = {
-            "decode_s": decode,
-            "ms_per_step_of_full": 1000 * decode / max(full_steps, 1),
-            "tokens": runs[0]["tokens"],
-            "speedup_vs_full": full_s / decode,
-            # per batch (at batch 1: per prompt), its decode time the median over the repeats
-            "per_batch": [
-                {**first, "decode_s": statistics.median(r["batches"][i]["decode_s"] for r in runs)}
-                for i, first in enumerate(runs[0]["batches"])
-            ],
-        }
-        spec = runs[0]["speculation"]
-        if spec:
-            row.update(
-                acceptance_rate=spec["acceptance_rate"],
-                tokens_per_verify=spec["tokens_per_verify"],
-                acceptance_by_budget={
-                    str(b): v["acceptance_rate"] for b, v in spec["by_budget"].items()
-                },
-                turned_off=spec["turned_off"],
-                started_off=spec["started_off"],
-                plain_rounds=spec["plain_rounds"],
-                identical_to_full=all(
-                    torch.equal(a, b)
-                    for a, b in zip(outputs[name], outputs["skipdecode-full"], strict=True)
-                ),
-            )
-            if spec.get("phase_seconds"):
-                row["cost"] = round_cost(spec, full_s / max(full_steps, 1), full_steps)
-        rows[name] = row
-    constant = [f"{largest}-b{b}" for b in draft_budgets]
-    if draft_budget is not None and draft_budgets:  # the k variants draft with one too
-        constant.append(largest)
-    predicted = {n: (rows[n].get("cost") or {}).get("predicted_speedup") for n in constant}
-    if predicted and all(v is not None for v in predicted.values()):
-        rows[max(predicted, key=lambda n: predicted[n])]["chosen"] = True
+    _with_draft_vocabs(schedules, largest, workload, tokenizer, draft_vocabs, draft_vocab)
+    samples, outputs = _samples(dec, schedules, batches, new_tokens, eos, repeats)
+    rows = _rows(samples, outputs)
+    _mark_chosen(rows, largest, draft_budgets, draft_budget)
     first_ids = batches[0][0]
     return {
         "model": str(getattr(model.config, "_name_or_path", "") or model.config.model_type),
@@ -263,102 +338,12 @@ def bench_speculative(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--model", type=Path, default=None, help="model dir (default: SmolLM2)")
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
-    p.add_argument("--ks", nargs="+", type=int, default=[2, 4, 6])
-    p.add_argument("--draft-speedup", type=float, default=2.0)
-    p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument(
-        "--draft-budgets",
-        nargs="*",
-        type=int,
-        default=[],
-        help="also the largest k with a constant draft of b layers (each b)",
-    )
-    p.add_argument("--workload", choices=WORKLOADS, default="chat", help="what is decoded")
-    p.add_argument(
-        "--prompts",
-        type=int,
-        default=len(CHAT_PROMPTS),
-        help=f"the first N prompts of the workload (chat: 1-{len(CHAT_PROMPTS)})",
-    )
-    p.add_argument(
-        "--draft-budget",
-        type=int,
-        default=None,
-        help="the k variants draft with a constant plan of b layers (default: the target plan)",
-    )
-    p.add_argument(
-        "--draft-warmup",
-        type=int,
-        default=1,
-        help="bottom layers of every constant draft (--draft-budget, --draft-budgets); the rest "
-        "of its budget are the top layers (default 1: the shape speculative_b8/b10 train)",
-    )
-    p.add_argument(
-        "--draft-vocab",
-        type=int,
-        default=None,
-        help="every speculative variant drafts over N tokens (dataset: ranked by the training "
-        "targets; chat: the first ids)",
-    )
-    p.add_argument(
-        "--draft-vocabs",
-        nargs="*",
-        type=int,
-        default=[],
-        help="also the largest k with drafts over N tokens (each N): the subset draft head",
-    )
-    p.add_argument(
-        "--auto-off",
-        action="store_true",
-        help="also the largest k with auto_off (plain decoding once speculating is slower)",
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="every variant (the full baseline too) on the compiled decode path",
-    )
-    add_plan_graphs_option(
-        p,
-        "one compiled graph for all of a pass's layers (one compile per layer set: meant "
-        "for constant drafts) instead of one per layer kind",
-    )
-    add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
+    p = parser(__doc__)
     args = p.parse_args(argv)
     started = started_provenance(p)
-    for n in args.draft_vocabs:
-        if n < 1:
-            p.error(f"--draft-vocabs: {n} is not allowed (a number of tokens >= 1)")
-    if args.draft_vocab is not None and args.draft_vocab < 1:
-        p.error(f"--draft-vocab: {args.draft_vocab} is not allowed (a number of tokens >= 1)")
-    for b in args.draft_budgets:
-        if b < 2:
-            p.error(f"--draft-budgets: {b} is not allowed (layers >= 2: warm-up and top)")
-    for k in args.ks:
-        if k < 1:
-            p.error(f"--ks: {k} is not allowed (k >= 1)")
-    for b in args.batch_sizes:
-        if b < 1:
-            p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
+    check_counts(p, args)
     compile_graph = decode_options_of(p, args).compile_graph
-    if args.draft_budget is not None and args.draft_budget < 2:
-        p.error(f"--draft-budget: {args.draft_budget} is not allowed (layers >= 2)")
-    budgets = [*args.draft_budgets, *([args.draft_budget] if args.draft_budget else [])]
-    if not budgets and args.draft_warmup != 1:
-        p.error(
-            f"--draft-warmup: {args.draft_warmup} shapes constant drafts, and none is asked for; "
-            "allowed with --draft-budget or --draft-budgets"
-        )
-    if budgets and not 1 <= args.draft_warmup < min(budgets):
-        p.error(
-            f"--draft-warmup: {args.draft_warmup} is not allowed (1 to one less than the "
-            f"smallest constant draft budget, {min(budgets)}: a draft keeps a top layer)"
-        )
+    check_drafts(p, args)
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
     try:
         workload = load_workload(args.workload, tokenizer, args.prompts, path)
