@@ -55,7 +55,7 @@ def test_greedy_output_with_a_draft_vocabulary_is_the_full_models(family):
 
 
 def test_drafts_propose_only_subset_tokens(monkeypatch):
-    import skipdecode.core.speculative as spec_module
+    import skipdecode.core.draft_verify as spec_module
 
     proposed = []
     original = spec_module.accept_greedy
