@@ -159,3 +159,19 @@ def test_a_fit_writes_its_measured_peaks_and_none_off_a_gpu(tmp_path):
     assert record["plan_over_peak"] == pytest.approx(2.0)
     _fit_with(DevicePeak(tmp_path / "cpu", GIB), tmp_path)
     assert read_peak(tmp_path / "cpu") is None
+
+
+def test_planning_a_named_shape_leaves_the_seeded_random_stream_alone():
+    """A run's memory plan sizes a named shape before training: the run's seed must still decide
+    its data order (building the shape once reset the global stream to seed 0 for every seed)."""
+    import torch
+
+    from skipdecode.models.shapes import build_random_model
+
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    shape_sizes("smollm2-135m")
+    assert torch.equal(torch.rand(4), expected)
+    first, second = build_random_model("tiny"), build_random_model("tiny")
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters()))

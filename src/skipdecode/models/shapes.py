@@ -140,9 +140,14 @@ def build_random_model(
         cfg = LlamaConfig(**spec.config)
         cls = LlamaForCausalLM
     cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = cls(cfg)
+    # seeded for the same weights on every call, on a forked stream: the caller's random state
+    # (a training run's seed, when its memory plan sizes the shape) is left as it was
+    where = torch.device(device)
+    cuda = [where.index or 0] if where.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+        torch.manual_seed(0)
+        with where:
+            model = cls(cfg)
     return model.to(dtype).eval()
 
 
