@@ -9,7 +9,6 @@ with the plan's total over the measured peak. Off a GPU it writes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from ..io import write_json_atomic
+from ..io import read_record, write_json_atomic
 from .memory import GIB
 
 __all__ = ["PEAK_FILE", "DevicePeak", "cuda_peaks", "peak_record", "read_peak"]
@@ -52,7 +51,7 @@ def peak_record(
 def read_peak(output_dir: Path) -> dict[str, Any] | None:
     """The run's measured peaks (``device_peak.json``), or None where none was written."""
     path = Path(output_dir) / PEAK_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_record(path) if path.is_file() else None
 
 
 def cuda_peaks(device: torch.device) -> tuple[int, int] | None:

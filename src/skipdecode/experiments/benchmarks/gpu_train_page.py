@@ -11,16 +11,15 @@ linked beside it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from ...io import write_text_atomic
+from ...io import read_record, write_text_atomic
+from ...training.memory import GIB
 
 __all__ = ["TRAIN_PAGE", "train_page", "write_train_page"]
 
 TRAIN_PAGE = "training/gpu-runs.md"
-GIB = 2**30
 HEADER = (
     "| run | strategy | devices | checked against | batch x tokens | plan GiB | reserved GiB "
     "| allocated GiB | plan / reserved | steps | train loss | val loss | tokens/s |"
@@ -66,7 +65,7 @@ def train_page(folder: Path) -> str:
     )
     if not runs:
         return intro + "\nNo GPU training run recorded yet.\n"
-    rows = [_row(run, json.loads((run / "metrics.json").read_text())) for run in runs]
+    rows = [_row(run, read_record(run / "metrics.json")) for run in runs]
     return intro + "\n" + "\n".join([HEADER, "|" + "---|" * 13, *rows]) + "\n"
 
 
