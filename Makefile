@@ -189,9 +189,9 @@ bench-gpu: $(STAMP) ## Decode on the CUDA-graph path beside compiled generate an
 		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs \
 		$(GPU_LOSSLESS) --dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)
 
-bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32) + training
+bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32; eager and compiled, beside eager and compiled generate, both floors) + training -> results/bench/{decode,train}-cpu
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \
-		--prompt-len 32 --new-tokens 32 --repeats 3 --name decode-cpu
+		--prompt-len 32 --new-tokens 32 --repeats 3 --compile --name decode-cpu
 	$(OFFLINE) $(PY) -m skipdecode.bench --mode train --shapes tiny smollm2-135m --batch-sizes 8 \
 		--repeats 3 --name train-cpu
 
