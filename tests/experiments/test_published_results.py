@@ -21,7 +21,12 @@ from skipdecode.experiments.sweeps.matched import format_matched, matched_rows
 from skipdecode.experiments.sweeps.publish import publish, restore
 from skipdecode.experiments.sweeps.samples import format_samples
 from skipdecode.experiments.sweeps.seeds import summarize_seeds
-from skipdecode.experiments.sweeps.table import collect, format_markdown, format_results_markdown
+from skipdecode.experiments.sweeps.table import (
+    collect,
+    format_markdown,
+    format_results_markdown,
+    provenance_note,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PUBLISHED = sorted(p for p in RESULTS.glob("*") if (p / "results.md").is_file())
@@ -43,9 +48,10 @@ def test_committed_tables_are_rebuilt_from_committed_records(published):
     # publication lists the planned cells not run yet as pending
     assert any(r["status"] == "ok" for r in rows)
     assert all(r["status"] in ("ok", "pending") or r["error"] for r in rows)
-    assert (published / "cells.md").read_text() == format_markdown(rows)
+    note = provenance_note(rows)  # names the cells whose record keeps no diff
+    assert (published / "cells.md").read_text() == format_markdown(rows) + note
     results = summarize_seeds(rows)
-    assert (published / "results.md").read_text() == format_results_markdown(results)
+    assert (published / "results.md").read_text() == format_results_markdown(results) + note
     assert (published / "samples.md").read_text() == format_samples(rows, results)
     matched = published / "matched.md"  # written where some method reaches a common speedup
     assert (matched.read_text() if matched.is_file() else None) == format_matched(
@@ -309,6 +315,27 @@ def test_provenance_keeps_the_diff_of_a_dirty_checkout(tmp_path):
     (repo / "f.py").write_text("x = 2\n")
     info = provenance(repo)["git"]
     assert info["dirty"] and "+x = 2" in info["diff"] and len(info["diff_sha256"]) == 64
+
+
+def test_the_page_of_a_record_without_its_diff_is_marked_once(tmp_path):
+    import json
+
+    from skipdecode.experiments.sweeps.audit import mark_pages
+
+    def record(name, git):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"provenance": {"git": git}}))
+        (tmp_path / f"{name}.md").write_text("| a |\n|---|\n| 1 |\n")
+
+    record("lost", {"commit": "0123456789abcdef", "dirty": True})
+    record("kept", {"commit": "0123456789abcdef", "dirty": True, "diff": "+x = 2"})
+    record("clean", {"commit": "0123456789abcdef", "dirty": False})
+    assert mark_pages(tmp_path) == [tmp_path / "lost.md"]
+    lost = (tmp_path / "lost.md").read_text()
+    assert lost.startswith("> **Provenance:** written from commit 0123456789ab with uncommitted")
+    assert lost.endswith("\n\n| a |\n|---|\n| 1 |\n")
+    assert mark_pages(tmp_path) == [] and (tmp_path / "lost.md").read_text() == lost
+    for name in ("kept", "clean"):
+        assert (tmp_path / f"{name}.md").read_text() == "| a |\n|---|\n| 1 |\n"
 
 
 def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path):

@@ -239,6 +239,24 @@ def test_aggregate_interrupted_sweep(tmp_path, capsys):
     assert "| failed |" in out and "| pending |" in out and "cells: failed=1" in out
 
 
+def test_tables_name_the_cells_whose_record_keeps_no_diff(tmp_path):
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    aggregate(sweep, plots=False)
+    assert "no diff" not in (sweep / "results.md").read_text()
+    path = sweep / "cells" / "target_2x" / "eval" / "record.json"
+    record = json.loads(path.read_text())
+    record["provenance"] = {"git": {"commit": "abc123", "dirty": True}}
+    path.write_text(json.dumps(record))
+    aggregate(sweep, plots=False)
+    for page in ("results.md", "cells.md"):
+        text = (sweep / page).read_text()
+        assert "\nJob 1 (1 of 6) was written from a checkout with uncommitted changes" in text
+    record["provenance"]["git"]["diff"] = "+x = 2"
+    path.write_text(json.dumps(record))
+    aggregate(sweep, plots=False)
+    assert "no diff" not in (sweep / "cells.md").read_text()
+
+
 def test_aggregate_missing_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         collect(tmp_path / "nope")

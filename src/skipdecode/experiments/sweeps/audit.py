@@ -5,7 +5,8 @@ commit, and whether the checkout had uncommitted changes. A record from a clean 
 dirty one whose diff it keeps (``provenance.git.diff``), can be reproduced from what it holds; a
 dirty one without the diff cannot. Publishing and the benchmarks refuse to write the latter now
 (:func:`skipdecode.provenance.require_recorded_diff`); this page lists the ones committed before
-that, per results folder, so that their pages' numbers are read as such.
+that, per results folder, and :func:`mark_pages` puts a mark on each one's own page, so that
+their numbers are read as such.
 
     python -m skipdecode.experiments.sweeps.audit results          # writes results/PROVENANCE.md
     python -m skipdecode.experiments.sweeps.audit results --check  # fails if the page is out of date
@@ -22,9 +23,13 @@ from typing import Any
 from ...io import write_text_atomic
 from ...provenance import diff_missing
 
-__all__ = ["AUDIT_PAGE", "audit_page", "records"]
+__all__ = ["AUDIT_PAGE", "NO_DIFF_MARK", "audit_page", "mark_pages", "records"]
 
 AUDIT_PAGE = "PROVENANCE.md"
+
+#: The first line of a record's own page (``<stem>.md`` beside ``<stem>.json``) when the record
+#: keeps no diff of the uncommitted changes it was written with.
+NO_DIFF_MARK = "> **Provenance:** written from commit {commit} with uncommitted changes whose diff"
 
 
 def records(results: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -71,6 +76,34 @@ def audit_page(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _marked(text: str, commit: str) -> str:
+    mark = (
+        NO_DIFF_MARK.format(commit=commit) + " the record does not keep: the numbers stand as "
+        "measured, but the code that made them cannot be recovered exactly "
+        "(`results/PROVENANCE.md`).\n\n"
+    )
+    head = NO_DIFF_MARK.split("{commit}")[0]
+    if text.startswith(head):  # marked before: replace the mark and the blank line after it
+        text = text.split("\n", 2)[2] if text.count("\n") >= 2 else ""
+    return mark + text
+
+
+def mark_pages(results: Path) -> list[Path]:
+    """Put the provenance mark on the page of every record without its diff (a ``.md`` of the
+    same stem beside the JSON); returns the pages whose text changed."""
+    changed = []
+    for path, prov in records(results):
+        page = path.with_suffix(".md")
+        if not diff_missing(prov) or not page.is_file():
+            continue
+        text = page.read_text(encoding="utf-8")
+        new = _marked(text, str((prov.get("git") or {}).get("commit"))[:12])
+        if new != text:
+            write_text_atomic(page, new)
+            changed.append(page)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -91,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     write_text_atomic(target, page)
     print(f"wrote {target}")
+    for marked in mark_pages(args.results):
+        print(f"marked {marked}")
     return 0
 
 

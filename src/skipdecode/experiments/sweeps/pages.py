@@ -15,7 +15,8 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
 (``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
 and the E2E suite scores E2E cells only)
 
-then ``results/PROVENANCE.md`` (:mod:`.audit`), the GPU decode page
+then ``results/PROVENANCE.md`` and the provenance mark on the page of each record that keeps
+no diff (:mod:`.audit`), the GPU decode page
 (:mod:`~skipdecode.experiments.benchmarks.gpu_page`), the GPU training page
 (:mod:`~skipdecode.experiments.benchmarks.gpu_train_page`) and README's generated tables
 (:mod:`.readme`). A part that cannot run here (no Java, no
@@ -37,7 +38,7 @@ from ...io import write_text_atomic
 from ..benchmarks.gpu_page import write_gpu_page
 from ..benchmarks.gpu_train_page import write_train_page
 from .aggregate import aggregate
-from .audit import AUDIT_PAGE, audit_page
+from .audit import AUDIT_PAGE, audit_page, mark_pages
 from .readme import write_readme
 from .summaries import write_summaries
 
@@ -105,6 +106,9 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
         done.append(f"{folder.name}: {', '.join(parts)}")
     write_text_atomic(results / AUDIT_PAGE, audit_page(results))
     done.append(f"{AUDIT_PAGE}: provenance of every record")
+    marked = mark_pages(results)
+    if marked:
+        done.append(f"marked {len(marked)} pages of records without their diff")
     done.append(write_gpu_page(results))
     train = write_train_page(results)
     if train:

@@ -24,9 +24,11 @@ from typing import Any
 
 from ...evaluation.metrics.outputs import OUTPUT_STATS
 from ...io import read_json_or_none, write_text_atomic
+from ...provenance import diff_missing
 from .cell_outputs import cell_output_stats
 
 __all__ = [
+    "provenance_note",
     "COLUMNS",
     "RESULT_COLUMNS",
     "CELL_FILE",
@@ -170,6 +172,7 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
                 if key in summary:
                     row[key] = summary[key]
             row["record"] = str(cell.get("record"))
+            row["no_diff"] = diff_missing(record.get("provenance"))
             row.update(cell_output_stats(cell, record))
             if row["seed"] is None:  # cells written before the seed was a label
                 row["seed"] = (record.get("config") or {}).get("seed")
@@ -351,11 +354,31 @@ def write_tables(
         "cells_csv": out_dir / CELLS_CSV,
         "cells_markdown": out_dir / CELLS_MD,
     }
+    note = provenance_note(cells)
     write_text_atomic(paths["cells_csv"], csv_text(cells, COLUMNS))
-    write_text_atomic(paths["cells_markdown"], format_markdown(cells))
+    write_text_atomic(paths["cells_markdown"], format_markdown(cells) + note)
     write_text_atomic(paths["csv"], csv_text(results, RESULT_COLUMNS))
-    write_text_atomic(paths["markdown"], format_results_markdown(results))
+    write_text_atomic(paths["markdown"], format_results_markdown(results) + note)
     return paths
+
+
+def _job_number(job: str) -> tuple[int, str]:
+    return (int(job), "") if job.isdigit() else (1 << 30, job)
+
+
+def provenance_note(cells: Sequence[Mapping[str, Any]]) -> str:
+    """The line a table carries under it when some of its cells were evaluated from a checkout
+    with uncommitted changes whose diff the record does not keep (``""`` when none was)."""
+    jobs = sorted((str(row["job"]) for row in cells if row.get("no_diff")), key=_job_number)
+    if not jobs:
+        return ""
+    one = len(jobs) == 1
+    return (
+        f"\n{'Job' if one else 'Jobs'} {', '.join(jobs)} ({len(jobs)} of {len(cells)}) "
+        f"{'was' if one else 'were'} written from a checkout with uncommitted changes and "
+        f"{'keeps' if one else 'keep'} no diff (`results/PROVENANCE.md`): the numbers stand as "
+        "measured, but the code that made them cannot be recovered exactly.\n"
+    )
 
 
 def page_command(
