@@ -191,9 +191,9 @@ bench-gpu: $(STAMP) ## Decode on the CUDA-graph path beside compiled generate an
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32; eager and compiled, beside eager and compiled generate, both floors) + training -> results/bench/{decode,train}-cpu
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \
-		--prompt-len 32 --new-tokens 32 --repeats 3 --compile --name decode-cpu
+		--prompt-len 32 --new-tokens 32 --repeats 3 --compile --out results/bench --name decode-cpu
 	$(OFFLINE) $(PY) -m skipdecode.bench --mode train --shapes tiny smollm2-135m --batch-sizes 8 \
-		--repeats 3 --name train-cpu
+		--repeats 3 --out results/bench --name train-cpu
 
 # Studies: one-off experiments, each a Hydra config under studies/conf/ (the steps it runs), run by
 # name; studies/LOG.md says what each found and when.
