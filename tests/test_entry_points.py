@@ -37,6 +37,28 @@ def test_readme_lists_every_make_target_as_make_help_does():
     assert documented == {t: d.replace("|", "/") for t, d in targets.items()}
 
 
+def test_readme_is_a_front_door_with_install_and_the_two_commands_on_the_first_screen():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200
+    first = "\n".join(lines[:40])
+    assert "## Install and run" in first
+    for command in ("make test", "make demo", "make reproduce-cpu"):
+        assert re.search(rf"^{command}\s", first, re.M), command
+
+
+def test_every_make_command_the_docs_name_is_a_target_and_every_study_exists():
+    targets = set(_make_targets())
+    studies = {p.stem for p in (ROOT / "studies" / "conf").glob("*.yaml")}
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        # a command may wrap onto the next line: `make\nstudy NAME=...`
+        for target in re.findall(r"`make\s+([a-zA-Z0-9][a-zA-Z0-9_-]*)", text):
+            assert target in targets, f"{page.name}: `make {target}` is no make target"
+        for name in re.findall(r"`make\s+study\s+NAME=([a-zA-Z0-9_]+)", text):
+            assert name in studies, f"{page.name}: study {name!r} is not in studies/conf/"
+
+
 def _entry_points() -> dict[str, str]:
     """pyproject's console scripts: name -> ``module:function``."""
     text = (ROOT / "pyproject.toml").read_text()
