@@ -11,6 +11,7 @@ import pytest
 from exports import compose, make_fake_sweep
 
 from skipdecode.experiments.sweeps.aggregate import aggregate
+from skipdecode.experiments.sweeps.audit import provenance_note
 from skipdecode.experiments.sweeps.identity import (
     IDENTITY_FILE,
     cell_identity,
@@ -21,12 +22,7 @@ from skipdecode.experiments.sweeps.matched import format_matched, matched_rows
 from skipdecode.experiments.sweeps.publish import publish, restore
 from skipdecode.experiments.sweeps.samples import format_samples
 from skipdecode.experiments.sweeps.seeds import summarize_seeds
-from skipdecode.experiments.sweeps.table import (
-    collect,
-    format_markdown,
-    format_results_markdown,
-    provenance_note,
-)
+from skipdecode.experiments.sweeps.table import collect, format_markdown, format_results_markdown
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PUBLISHED = sorted(p for p in RESULTS.glob("*") if (p / "results.md").is_file())

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ...io import write_text_atomic
 from ...provenance import diff_missing
 
-__all__ = ["AUDIT_PAGE", "NO_DIFF_MARK", "audit_page", "mark_pages", "records"]
+__all__ = ["AUDIT_PAGE", "NO_DIFF_MARK", "audit_page", "mark_pages", "provenance_note", "records"]
 
 AUDIT_PAGE = "PROVENANCE.md"
 
@@ -102,6 +102,25 @@ def mark_pages(results: Path) -> list[Path]:
             write_text_atomic(page, new)
             changed.append(page)
     return changed
+
+
+def _job_number(job: str) -> tuple[int, str]:
+    return (int(job), "") if job.isdigit() else (1 << 30, job)
+
+
+def provenance_note(cells: Sequence[Mapping[str, Any]]) -> str:
+    """The line a table carries under it when some of its cells were evaluated from a checkout
+    with uncommitted changes whose diff the record does not keep (``""`` when none was)."""
+    jobs = sorted((str(row["job"]) for row in cells if row.get("no_diff")), key=_job_number)
+    if not jobs:
+        return ""
+    one = len(jobs) == 1
+    return (
+        f"\n{'Job' if one else 'Jobs'} {', '.join(jobs)} ({len(jobs)} of {len(cells)}) "
+        f"{'was' if one else 'were'} written from a checkout with uncommitted changes and "
+        f"{'keeps' if one else 'keep'} no diff (`results/PROVENANCE.md`): the numbers stand as "
+        "measured, but the code that made them cannot be recovered exactly.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

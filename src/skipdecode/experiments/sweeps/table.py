@@ -25,10 +25,10 @@ from typing import Any
 from ...evaluation.metrics.outputs import OUTPUT_STATS
 from ...io import read_json_or_none, write_text_atomic
 from ...provenance import diff_missing
+from .audit import provenance_note
 from .cell_outputs import cell_output_stats
 
 __all__ = [
-    "provenance_note",
     "COLUMNS",
     "RESULT_COLUMNS",
     "CELL_FILE",
@@ -360,25 +360,6 @@ def write_tables(
     write_text_atomic(paths["csv"], csv_text(results, RESULT_COLUMNS))
     write_text_atomic(paths["markdown"], format_results_markdown(results) + note)
     return paths
-
-
-def _job_number(job: str) -> tuple[int, str]:
-    return (int(job), "") if job.isdigit() else (1 << 30, job)
-
-
-def provenance_note(cells: Sequence[Mapping[str, Any]]) -> str:
-    """The line a table carries under it when some of its cells were evaluated from a checkout
-    with uncommitted changes whose diff the record does not keep (``""`` when none was)."""
-    jobs = sorted((str(row["job"]) for row in cells if row.get("no_diff")), key=_job_number)
-    if not jobs:
-        return ""
-    one = len(jobs) == 1
-    return (
-        f"\n{'Job' if one else 'Jobs'} {', '.join(jobs)} ({len(jobs)} of {len(cells)}) "
-        f"{'was' if one else 'were'} written from a checkout with uncommitted changes and "
-        f"{'keeps' if one else 'keep'} no diff (`results/PROVENANCE.md`): the numbers stand as "
-        "measured, but the code that made them cannot be recovered exactly.\n"
-    )
 
 
 def page_command(
