@@ -150,7 +150,7 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.e2e_table results/e2e_smollm2_gpu
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/e2e_smollm2_gpu
 
-docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE, reach, E2E's own metrics (needs Java), provenance; leaves a clean clone clean
+docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE, reach, E2E's own metrics (needs Java), provenance, the GPU and cost-split benchmark pages; leaves a clean clone clean
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.pages results $(ARGS)
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)

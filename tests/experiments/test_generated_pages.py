@@ -1,13 +1,15 @@
-"""The GPU decode and training pages and README's generated tables are written from committed
-records."""
+"""The GPU decode and training pages, the cost-split pages and README's generated tables are
+written from committed records, and the benchmark rows the docs quote are rows of those pages."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from skipdecode.experiments.benchmarks.gpu_page import gpu_page, readme_table, write_gpu_page
 from skipdecode.experiments.benchmarks.gpu_train_page import train_page
+from skipdecode.experiments.benchmarks.split_page import SPLIT_RECORDS, split_page
 from skipdecode.experiments.sweeps.readme import (
     BLOCKS,
     block_markers,
@@ -103,3 +105,35 @@ def test_gpu_training_page_sets_each_plan_beside_its_measured_peak(tmp_path):
     results = ROOT / "results"
     committed = (results / "training" / "gpu-runs.md").read_text()
     assert committed == train_page(results / "training")
+
+
+def test_committed_split_pages_are_the_ones_make_docs_writes():
+    bench = ROOT / "results" / "bench"
+    for name in SPLIT_RECORDS:
+        record = json.loads((bench / f"{name}.json").read_text())
+        page = (bench / f"{name}-split.md").read_text()
+        assert page == split_page(record, name), name
+    first = page.splitlines()[6]  # decode-cpu: opt-1.3b at batch 1
+    cell = record["cells"][0]
+    ceiling = cell["cost_split"]["full_step_ms"] / cell["cost_split"]["non_layer_ms"]
+    assert first.startswith("| opt-1.3b | 1 | 215.70 | 228.62 | 164.33 |")
+    assert f"| {ceiling:.1f}x | 1.85x (1.89x) |" in first
+
+
+def test_every_benchmark_row_the_docs_quote_is_a_row_of_a_results_page():
+    """A table row in README or docs/ that starts with a model shape is copied from a page under
+    results/ (written by a benchmark or by make docs), never typed."""
+    shapes = r"(tiny|smollm2-135m|smollm2-135m-instruct|gemma3-270m|opt-1\.3b|opt-6\.7b)"
+    rows = {
+        line.strip()
+        for page in (ROOT / "results").rglob("*.md")
+        for line in page.read_text().splitlines()
+        if line.startswith("|")
+    }
+    quoted = 0
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            if re.match(rf"^\| {shapes} \|", line):
+                quoted += 1
+                assert line.strip() in rows, f"{doc.name}:{n} is in no results page: {line[:80]}"
+    assert quoted > 0

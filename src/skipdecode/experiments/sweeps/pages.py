@@ -17,7 +17,8 @@ and the E2E suite scores E2E cells only)
 
 then ``results/PROVENANCE.md`` and the provenance mark on the page of each record that keeps
 no diff (:mod:`.audit`), the GPU decode page
-(:mod:`~skipdecode.experiments.benchmarks.gpu_page`), the GPU training page
+(:mod:`~skipdecode.experiments.benchmarks.gpu_page`), the cost-split pages of the CPU decode
+records (:mod:`~skipdecode.experiments.benchmarks.split_page`), the GPU training page
 (:mod:`~skipdecode.experiments.benchmarks.gpu_train_page`) and README's generated tables
 (:mod:`.readme`). A part that cannot run here (no Java, no
 tokenizer) is skipped and said, never half-written. On a clean clone the committed pages are
@@ -37,6 +38,7 @@ from pathlib import Path
 from ...io import write_text_atomic
 from ..benchmarks.gpu_page import write_gpu_page
 from ..benchmarks.gpu_train_page import write_train_page
+from ..benchmarks.split_page import write_split_pages
 from .aggregate import aggregate
 from .audit import AUDIT_PAGE, audit_page, mark_pages
 from .readme import write_readme
@@ -110,6 +112,9 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
     if marked:
         done.append(f"marked {len(marked)} pages of records without their diff")
     done.append(write_gpu_page(results))
+    done += [
+        f"{page.relative_to(results)}: where skipping pays" for page in write_split_pages(results)
+    ]
     train = write_train_page(results)
     if train:
         done.append(train)
