@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...io import write_text_atomic
+from ...io import read_record, write_text_atomic
 from ...provenance import diff_missing
 
 __all__ = ["SPLIT_RECORDS", "split_page", "write_split_pages"]
@@ -84,6 +84,6 @@ def write_split_pages(results: Path) -> list[Path]:
         path = results / "bench" / f"{name}.json"
         if path.is_file():
             page = path.with_name(f"{name}-split.md")
-            write_text_atomic(page, split_page(json.loads(path.read_text()), name))
+            write_text_atomic(page, split_page(read_record(path), name))
             written.append(page)
     return written

@@ -16,20 +16,34 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ...io import write_text_atomic
 from ...provenance import diff_missing
 
-__all__ = ["AUDIT_PAGE", "NO_DIFF_MARK", "audit_page", "mark_pages", "provenance_note", "records"]
+__all__ = [
+    "AUDIT_PAGE",
+    "NO_DIFF_MARK",
+    "audit_page",
+    "mark_pages",
+    "provenance_note",
+    "records",
+    "write_audit",
+]
 
 AUDIT_PAGE = "PROVENANCE.md"
 
 #: The first line of a record's own page (``<stem>.md`` beside ``<stem>.json``) when the record
 #: keeps no diff of the uncommitted changes it was written with.
 NO_DIFF_MARK = "> **Provenance:** written from commit {commit} with uncommitted changes whose diff"
+#: What a mark or a table's note says such numbers are.
+UNRECOVERABLE = (
+    "the numbers stand as measured, but the code that made them cannot be recovered exactly"
+)
+#: (path, provenance) of each record, as :func:`records` yields them.
+Found = Iterable[tuple[Path, dict[str, Any]]]
 
 
 def records(results: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -43,11 +57,12 @@ def records(results: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             yield path, data["provenance"]
 
 
-def audit_page(results: Path) -> str:
-    """The page: counts per folder, then every record without its diff."""
+def audit_page(results: Path, found: Found | None = None) -> str:
+    """The page: counts per folder, then every record without its diff (``found``: the records,
+    read from ``results`` when not given)."""
     counts: dict[str, list[int]] = {}  # folder -> [clean, dirty with diff, dirty without]
     missing: list[tuple[str, str | None]] = []
-    for path, prov in records(results):
+    for path, prov in records(results) if found is None else found:
         rel = path.relative_to(results)
         folder = rel.parts[0] if len(rel.parts) > 1 else "."
         git = prov.get("git") or {}
@@ -78,9 +93,8 @@ def audit_page(results: Path) -> str:
 
 def _marked(text: str, commit: str) -> str:
     mark = (
-        NO_DIFF_MARK.format(commit=commit) + " the record does not keep: the numbers stand as "
-        "measured, but the code that made them cannot be recovered exactly "
-        "(`results/PROVENANCE.md`).\n\n"
+        NO_DIFF_MARK.format(commit=commit)
+        + f" the record does not keep: {UNRECOVERABLE} (`results/PROVENANCE.md`).\n\n"
     )
     head = NO_DIFF_MARK.split("{commit}")[0]
     if text.startswith(head):  # marked before: replace the mark and the blank line after it
@@ -88,11 +102,11 @@ def _marked(text: str, commit: str) -> str:
     return mark + text
 
 
-def mark_pages(results: Path) -> list[Path]:
+def mark_pages(results: Path, found: Found | None = None) -> list[Path]:
     """Put the provenance mark on the page of every record without its diff (a ``.md`` of the
     same stem beside the JSON); returns the pages whose text changed."""
     changed = []
-    for path, prov in records(results):
+    for path, prov in records(results) if found is None else found:
         page = path.with_suffix(".md")
         if not diff_missing(prov) or not page.is_file():
             continue
@@ -102,6 +116,14 @@ def mark_pages(results: Path) -> list[Path]:
             write_text_atomic(page, new)
             changed.append(page)
     return changed
+
+
+def write_audit(results: Path) -> list[Path]:
+    """Write ``results/PROVENANCE.md`` and mark the pages of the records without their diff,
+    reading every record once; returns the pages whose mark changed."""
+    found = list(records(results))
+    write_text_atomic(results / AUDIT_PAGE, audit_page(results, found))
+    return mark_pages(results, found)
 
 
 def _job_number(job: str) -> tuple[int, str]:
@@ -118,8 +140,7 @@ def provenance_note(cells: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"\n{'Job' if one else 'Jobs'} {', '.join(jobs)} ({len(jobs)} of {len(cells)}) "
         f"{'was' if one else 'were'} written from a checkout with uncommitted changes and "
-        f"{'keeps' if one else 'keep'} no diff (`results/PROVENANCE.md`): the numbers stand as "
-        "measured, but the code that made them cannot be recovered exactly.\n"
+        f"{'keeps' if one else 'keep'} no diff (`results/PROVENANCE.md`): {UNRECOVERABLE}.\n"
     )
 
 
@@ -132,18 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.results.is_dir():
         p.error(f"results: {str(args.results)!r} is not a directory")
-    page, target = audit_page(args.results), args.results / AUDIT_PAGE
+    target = args.results / AUDIT_PAGE
     if args.check:
         current = target.read_text(encoding="utf-8") if target.is_file() else None
-        if current != page:
+        if current != audit_page(args.results):
             print(
                 f"{target} is out of date: run python -m skipdecode.experiments.sweeps.audit results"
             )
             return 1
         return 0
-    write_text_atomic(target, page)
+    marked_pages = write_audit(args.results)
     print(f"wrote {target}")
-    for marked in mark_pages(args.results):
+    for marked in marked_pages:
         print(f"marked {marked}")
     return 0
 

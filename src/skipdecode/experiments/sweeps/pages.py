@@ -35,12 +35,11 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ...io import write_text_atomic
 from ..benchmarks.gpu_page import write_gpu_page
 from ..benchmarks.gpu_train_page import write_train_page
 from ..benchmarks.split_page import write_split_pages
 from .aggregate import aggregate
-from .audit import AUDIT_PAGE, audit_page, mark_pages
+from .audit import AUDIT_PAGE, write_audit
 from .readme import write_readme
 from .summaries import write_summaries
 
@@ -106,9 +105,8 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
     for folder in published_folders(results):
         parts = [PARTS[name](folder) for name in only]
         done.append(f"{folder.name}: {', '.join(parts)}")
-    write_text_atomic(results / AUDIT_PAGE, audit_page(results))
+    marked = write_audit(results)
     done.append(f"{AUDIT_PAGE}: provenance of every record")
-    marked = mark_pages(results)
     if marked:
         done.append(f"marked {len(marked)} pages of records without their diff")
     done.append(write_gpu_page(results))
