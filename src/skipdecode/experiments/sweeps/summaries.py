@@ -13,9 +13,12 @@ record used. Per results row (the seeds of one schedule):
 - against ``full`` of the same seeds: the difference with the two-level paired bootstrap (inputs
   and seeds drawn, :func:`~skipdecode.evaluation.metrics.bootstrap.paired_bootstrap`) and the
   t-interval over the per-seed differences;
-- speed over the timed batches (:mod:`skipdecode.evaluation.generation`, ``long_prompts``): the
-  reached layer speedup, the measured decode speedup, the end-to-end speedup the layer counts
-  predict, the measured one, and the prefill's share of the wall time of full and of the schedule.
+- speed (:mod:`skipdecode.evaluation.generation`): the paper's theoretical speedup over every
+  input, then over the timed batches (``long_prompts``) the layer speedup the batches reached,
+  the measured decode speedup, the end-to-end speedup the layer counts predict, the measured
+  one, and the prefill's share of the wall time of full and of the schedule. Full's own row is
+  over every batch, decoded to its own EOS; a schedule's row is over its timed batches, where
+  full decodes as many steps as the schedule ran, so the two rows' prefill shares differ.
 
 Writes ``summaries.csv`` (one line per results row) and ``summaries.md`` into the folder, each
 whole or not at all. ROUGE is on SciTLDR's 0-100 scale.
@@ -49,7 +52,8 @@ _TYPES = ("rouge1", "rouge2", "rougeL")
 ROUGE_KEYS = tuple(f"{t}_{c}" for c in ROUGE_CONVENTIONS for t in _TYPES)
 QUALITY = (*ROUGE_KEYS, "bleu", "bertscore_f1")
 SPEED = (
-    "batch_speedup",
+    "theoretical_speedup",
+    "predicted_speedup_decode",
     "measured_speedup_decode",
     "predicted_speedup_e2e",
     "measured_speedup_e2e",
@@ -60,7 +64,8 @@ _LABELS = {
     **{f"{t}_{c}": f"R{t[5:]} {c}" for c in ROUGE_CONVENTIONS for t in _TYPES},
     "bleu": "BLEU",
     "bertscore_f1": "BERT-F",
-    "batch_speedup": "reached (layers)",
+    "theoretical_speedup": "theoretical (all inputs)",
+    "predicted_speedup_decode": "reached (layers, timed)",
     "measured_speedup_decode": "measured decode",
     "predicted_speedup_e2e": "predicted e2e",
     "measured_speedup_e2e": "measured e2e",
@@ -277,10 +282,14 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
             "",
             "## Where prompts are long",
             "",
-            "Over the timed batches: the layer speedup the batches reached, the measured decode",
+            "The paper's theoretical speedup (layers per generated token, every input); then, over",
+            "the timed batches, the layer speedup the batches reached (L x decode passes / layers",
+            "run: a pass costs the same however many rows are still live), the measured decode",
             "speedup, the end-to-end (prefill + decode) speedup the layer counts predict from full's",
             "own prefill and decode times, the measured end-to-end speedup, and the prefill's share",
-            "of the wall time. Means over seeds.",
+            "of the wall time. On a schedule's row full decodes the timed batches for as many steps",
+            "as the schedule ran; full's own row is over all its batches, decoded to its own EOS,",
+            "so its prefill share is not the one a schedule's row compares with. Means over seeds.",
             "",
             *speed,
             "",
