@@ -241,6 +241,17 @@ def test_publish_update_keeps_published_cells_a_rerun_did_not_improve(tmp_path):
     assert after["target_5x"] == ("interrupted", "4")  # interrupted again: replaces nothing
     assert (out / "3" / "record.json").is_file()
 
+    # a later rerun that only found full's published evaluation again (same record bytes, a
+    # cell.json saying "reused" at another time) leaves the published account as it was
+    published_cell = (out / "0" / "cell.json").read_bytes()
+    again = tmp_path / "again"
+    (again / "0").mkdir(parents=True)
+    cell = json.loads((sweep / "0" / "cell.json").read_text())
+    cell.update(started="2099-01-01T00:00:00", train_reused=True, eval_reused=True)
+    (again / "0" / "cell.json").write_text(json.dumps(cell))
+    out = publish(again, out, aggregate, update=True)
+    assert (out / "0" / "cell.json").read_bytes() == published_cell
+
 
 def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path):
     from skipdecode.experiments.sweeps.publish import RESTORED, PublishError

@@ -60,10 +60,11 @@ def publish(
 
     ``update``: start from what ``target`` already publishes (its jobs, their numbers and its
     plan) and replace a published job only by the sweeps' job of the same cell (model,
-    dataset, schedule, seed) that finished (``ok``), or whose published twin did not; a cell not
-    published yet is added under a new number, and jobs the sweeps never reached keep their
-    published cells. A rerun that retries the failed cells and is cut short then adds what it
-    finished and loses nothing.
+    dataset, schedule, seed) that finished (``ok``) with a record other than the published one,
+    or whose published twin did not finish; a cell not published yet is added under a new
+    number, and jobs the sweeps never reached keep their published cells. A rerun that retries
+    the failed cells and is cut short then adds what it finished and loses nothing, and a cell
+    it only found again keeps the published account of how it was trained.
 
     A cell evaluated from a checkout with uncommitted changes (its record's
     ``provenance.git.dirty``) is refused, naming the cells, unless ``allow_dirty``; its record
@@ -174,10 +175,20 @@ def _update(target: Path, cell_files: Sequence[Path], staging: Path) -> None:
                 published[key] = job_dir
         else:
             old = (read_json_or_none(job_dir / CELL_FILE) or {}).get("status")
-            if cell.get("status") != "ok" and old == "ok":
+            if old == "ok" and (cell.get("status") != "ok" or _same_record(cell, job_dir)):
                 continue
             shutil.rmtree(job_dir)
         _copy_cell(cell_file, job_dir)
+
+
+def _same_record(cell: dict[str, Any], job_dir: Path) -> bool:
+    """Whether the job's record is byte for byte the one ``job_dir`` publishes: a rerun that
+    reused the published evaluation, whose cell.json would only replace how the cell was made
+    (trained, resumed, when) by how it was found again."""
+    record, published = Path(str(cell.get("record") or "")), job_dir / RECORD
+    return (
+        record.is_file() and published.is_file() and record.read_bytes() == published.read_bytes()
+    )
 
 
 def _copy_cell(cell_file: Path, job_dir: Path) -> None:
