@@ -14,7 +14,7 @@ import pytest
 from offline_env import offline_env
 from rouge_score import rouge_scorer
 
-from skipdecode.experiments.sweeps.summaries import write_summaries
+from skipdecode.experiments.sweeps.summaries import decided, write_summaries
 
 ROOT = Path(__file__).resolve().parents[2]
 SCITLDR = ROOT.parent / "shared" / "data" / "scitldr"
@@ -181,3 +181,24 @@ def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):
     md = paths["markdown"].read_text()
     assert "| smollm2-135m | target_2x | skipdecode | 1 2 |" in md and "25.0%" in md
     assert "| 1.80x | 2.00x |" in md and "3.00x" not in md
+    assert "| RL max: decided | BERT-F: decided |" in md
+    assert rows["target_2x"]["rougeL_max_decided"] in {"lower", "higher", "undecided"}
+
+
+def test_decided_needs_every_interval_to_exclude_zero():
+    m = "rougeL_max"
+    both_below = {f"{m}_delta_ci95": (-0.04, -0.01), f"{m}_delta_seed_ci95": (-0.05, -0.02)}
+    assert decided(both_below, m) == "lower"
+    # the inputs decide but the seeds do not: the data do not decide
+    seeds_hold_zero = {f"{m}_delta_ci95": (-0.04, -0.01), f"{m}_delta_seed_ci95": (-0.06, 0.01)}
+    assert decided(seeds_hold_zero, m) == "undecided"
+    assert decided({f"{m}_delta_ci95": (0.01, 0.03), f"{m}_delta_seed_ci95": (0.0, 0.02)}, m) == (
+        "undecided"
+    )
+    assert decided({f"{m}_delta_ci95": (0.01, 0.03), f"{m}_delta_seed_ci95": (0.005, 0.02)}, m) == (
+        "higher"
+    )
+    # one seed: only the inputs were drawn, and the answer says so
+    one_seed = {f"{m}_delta_ci95": (0.01, 0.03), f"{m}_delta_seed_ci95": (None, None)}
+    assert decided(one_seed, m) == "higher (inputs only)"
+    assert decided({f"{m}_delta_ci95": (None, None)}, m) == "" and decided({}, m) == ""

@@ -12,7 +12,8 @@ record used. Per results row (the seeds of one schedule):
   figure, BLEU and BERTScore F1;
 - against ``full`` of the same seeds: the difference with the two-level paired bootstrap (inputs
   and seeds drawn, :func:`~skipdecode.evaluation.metrics.bootstrap.paired_bootstrap`) and the
-  t-interval over the per-seed differences;
+  t-interval over the per-seed differences, and what they decide (:func:`decided`: lower or
+  higher only where every interval excludes 0);
 - speed (:mod:`skipdecode.evaluation.generation`): the paper's theoretical speedup over every
   input, then over the timed batches (``long_prompts``) the layer speedup the batches reached,
   the measured decode speedup, the end-to-end speedup the layer counts predict, the measured
@@ -43,7 +44,14 @@ from .table import collect, csv_text, num, page_command
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ROUGE_KEYS", "SUMMARIES_CSV", "SUMMARIES_MD", "summary_cells", "summary_rows"]
+__all__ = [
+    "ROUGE_KEYS",
+    "SUMMARIES_CSV",
+    "SUMMARIES_MD",
+    "decided",
+    "summary_cells",
+    "summary_rows",
+]
 
 SUMMARIES_CSV = "summaries.csv"
 SUMMARIES_MD = "summaries.md"
@@ -188,6 +196,27 @@ def summary_rows(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=results_order)
 
 
+def decided(row: Mapping[str, Any], metric: str) -> str:
+    """What a row's intervals against full decide for ``metric``.
+
+    ``lower`` or ``higher`` only where the bootstrap's interval and, with two or more seeds, the
+    per-seed t-interval both exclude 0 on that side; otherwise ``undecided``. With one seed only
+    the inputs are drawn, and the answer says so. Empty without the bootstrap's interval.
+    """
+    boot = row.get(f"{metric}_delta_ci95")
+    if not boot or any(num(x) is None for x in boot):
+        return ""
+    seed = row.get(f"{metric}_delta_seed_ci95")
+    intervals = [boot] + ([seed] if seed and all(num(x) is not None for x in seed) else [])
+    if all(high < 0 for _, high in intervals):
+        text = "lower"
+    elif all(low > 0 for low, _ in intervals):
+        text = "higher"
+    else:
+        return "undecided"
+    return text if len(intervals) > 1 else f"{text} (inputs only)"
+
+
 def _interval(value: Any, bounds: Any, metric: str, sign: bool = False) -> str:
     mean = value[0] if isinstance(value, tuple) else value
     low, high = (value[1], value[2]) if isinstance(value, tuple) else (bounds or (None, None))
@@ -237,7 +266,8 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
     deltas = _table(
         [*label, "paired seeds"]
         + [f"Δ{_LABELS[m]} [seeds x inputs]" for m in delta_metrics]
-        + [f"Δ{_LABELS[m]} [per-seed t]" for m in ("rougeL_max", "bertscore_f1")],
+        + [f"Δ{_LABELS[m]} [per-seed t]" for m in ("rougeL_max", "bertscore_f1")]
+        + [f"{_LABELS[m]}: decided" for m in ("rougeL_max", "bertscore_f1")],
         [
             [str(r[k]) for k in ("model", "schedule", "method", "seeds")]
             + [str(r.get("delta_seeds", ""))]
@@ -249,6 +279,7 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
                 _interval(r.get(f"{m}_delta"), r.get(f"{m}_delta_seed_ci95"), m, True)
                 for m in ("rougeL_max", "bertscore_f1")
             ]
+            + [decided(r, m) for m in ("rougeL_max", "bertscore_f1")]
             for r in rows
             if r["method"] != "full" and r.get("delta_seeds")
         ],
@@ -277,6 +308,8 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
             "",
             "Difference from full of the same seeds: two-level paired bootstrap (inputs and seeds",
             "drawn) and, with two or more seeds, the t-interval over the per-seed differences.",
+            "*Decided* says lower or higher only where every interval shown excludes 0 (with one",
+            "seed only the inputs are drawn, and it says so); where an interval holds 0, undecided.",
             "",
             *deltas,
             "",
@@ -307,6 +340,7 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
         for kind in ("", "_seed"):
             low, high = row.get(f"{m}_delta{kind}_ci95") or (None, None)
             out[f"{m}_delta{kind}_ci95_low"], out[f"{m}_delta{kind}_ci95_high"] = low, high
+        out[f"{m}_decided"] = decided(row, m)
     return out
 
 
