@@ -245,16 +245,8 @@ def _speed(value: tuple | None, share: bool = False) -> str:
     return f"{100 * mean:.1f}%" if share else f"{mean:.2f}x"
 
 
-def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
-    label = ["model", "schedule", "method", "seeds"]
-    quality = _table(
-        [*label, *(_LABELS[m] for m in QUALITY)],
-        [
-            [str(r[k]) for k in ("model", "schedule", "method", "seeds")]
-            + [_interval(r[m], None, m) for m in QUALITY]
-            for r in rows
-        ],
-    )
+def _deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> list[str]:
+    """Against full: each difference with its intervals, and what they decide."""
     delta_metrics = (
         "rouge1_max",
         "rouge2_max",
@@ -263,7 +255,7 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
         "bleu",
         "bertscore_f1",
     )
-    deltas = _table(
+    return _table(
         [*label, "paired seeds"]
         + [f"Δ{_LABELS[m]} [seeds x inputs]" for m in delta_metrics]
         + [f"Δ{_LABELS[m]} [per-seed t]" for m in ("rougeL_max", "bertscore_f1")]
@@ -284,6 +276,19 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
             if r["method"] != "full" and r.get("delta_seeds")
         ],
     )
+
+
+def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
+    label = ["model", "schedule", "method", "seeds"]
+    quality = _table(
+        [*label, *(_LABELS[m] for m in QUALITY)],
+        [
+            [str(r[k]) for k in ("model", "schedule", "method", "seeds")]
+            + [_interval(r[m], None, m) for m in QUALITY]
+            for r in rows
+        ],
+    )
+    deltas = _deltas_table(rows, label)
     speed = _table(
         [*label, *(_LABELS[m] for m in SPEED)],
         [
