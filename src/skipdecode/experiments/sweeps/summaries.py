@@ -80,6 +80,8 @@ _LABELS = {
     "prefill_share_baseline": "prefill share (full)",
     "prefill_share": "prefill share (schedule)",
 }
+#: The differences shown with their per-seed t-interval and what the intervals decide.
+_SEED_T = ("rougeL_max", "bertscore_f1")
 _SCALE = {**dict.fromkeys(ROUGE_KEYS, 100.0), "bleu": 1.0, "bertscore_f1": 1.0}
 _DIGITS = {**dict.fromkeys(ROUGE_KEYS, 2), "bleu": 2, "bertscore_f1": 4}
 
@@ -258,10 +260,10 @@ def _deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> li
     return _table(
         [*label, "paired seeds"]
         + [f"Δ{_LABELS[m]} [seeds x inputs]" for m in delta_metrics]
-        + [f"Δ{_LABELS[m]} [per-seed t]" for m in ("rougeL_max", "bertscore_f1")]
-        + [f"{_LABELS[m]}: decided" for m in ("rougeL_max", "bertscore_f1")],
+        + [f"Δ{_LABELS[m]} [per-seed t]" for m in _SEED_T]
+        + [f"{_LABELS[m]}: decided" for m in _SEED_T],
         [
-            [str(r[k]) for k in ("model", "schedule", "method", "seeds")]
+            [str(r[k]) for k in label]
             + [str(r.get("delta_seeds", ""))]
             + [
                 _interval(r.get(f"{m}_delta"), r.get(f"{m}_delta_ci95"), m, True)
@@ -269,9 +271,9 @@ def _deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> li
             ]
             + [
                 _interval(r.get(f"{m}_delta"), r.get(f"{m}_delta_seed_ci95"), m, True)
-                for m in ("rougeL_max", "bertscore_f1")
+                for m in _SEED_T
             ]
-            + [decided(r, m) for m in ("rougeL_max", "bertscore_f1")]
+            + [decided(r, m) for m in _SEED_T]
             for r in rows
             if r["method"] != "full" and r.get("delta_seeds")
         ],
@@ -282,17 +284,13 @@ def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
     label = ["model", "schedule", "method", "seeds"]
     quality = _table(
         [*label, *(_LABELS[m] for m in QUALITY)],
-        [
-            [str(r[k]) for k in ("model", "schedule", "method", "seeds")]
-            + [_interval(r[m], None, m) for m in QUALITY]
-            for r in rows
-        ],
+        [[str(r[k]) for k in label] + [_interval(r[m], None, m) for m in QUALITY] for r in rows],
     )
     deltas = _deltas_table(rows, label)
     speed = _table(
         [*label, *(_LABELS[m] for m in SPEED)],
         [
-            [str(r[k]) for k in ("model", "schedule", "method", "seeds")]
+            [str(r[k]) for k in label]
             + [_speed(r[m], share=m.startswith("prefill")) for m in SPEED]
             for r in rows
         ],
