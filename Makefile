@@ -115,6 +115,7 @@ reproduce-cpu-scitldr: $(STAMP) smollm2 ## SciTLDR (summarization, ROUGE): SmolL
 		seed=1 schedule=speculative_b10 schedule.k=2 eval.compile=true $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.aggregate $(SCITLDR_SWEEPS) --publish results/scitldr_smollm2 --update
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.summaries results/scitldr_smollm2
+	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.extractive results/scitldr_smollm2
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/scitldr_smollm2
 
 # The second pretrained family (issue: a second family): Gemma 3 270M on E2E with the CPU recipe
@@ -150,7 +151,7 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.e2e_table results/e2e_smollm2_gpu
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.reach results/e2e_smollm2_gpu
 
-docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE, reach, E2E's own metrics (needs Java), provenance, the GPU and cost-split benchmark pages; leaves a clean clone clean
+docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE and extractive reference points, reach, E2E's own metrics (needs Java), provenance, the GPU and cost-split benchmark pages; leaves a clean clone clean
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.pages results $(ARGS)
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)

@@ -16,9 +16,9 @@ from . import synthetic
 from .errors import DataConfigError, DataNotFoundError
 from .examples import Example, pairs_to_examples
 from .files import SUPPORTED_SUFFIXES, find_split_file, read_rows, require_columns
-from .tasks import TaskSpec, resolve_split
+from .tasks import TaskSpec, get_task, resolve_split
 
-__all__ = ["LOADERS"]
+__all__ = ["LOADERS", "rows_by_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +310,28 @@ def _load_summaries(
         f"dataset.options.target_field (now {target_field!r}) to the file's field names",
     )
     return _rows_to_examples(spec, rows, source_field, target_field, str(path))
+
+
+def rows_by_source(
+    name: str, split: str, data_dir: str | Path, split_files: Mapping[str, str] | None = None
+) -> dict[str, Mapping[str, Any]]:
+    """A local summarization split's file rows, each under the source text its loader makes of
+    it (the key an evaluated input's ``input`` holds); a source on several rows keeps its first.
+    Extractive reference points read the source's sentences and labels from them."""
+    spec = get_task(name)
+    directory = _check_data_dir(spec, data_dir, f"the {split} file with field {spec.source_field}")
+    path = find_split_file(
+        directory,
+        _split_candidates(spec, split_files)[resolve_split(spec, split)],
+        f"Set split_files={{{split!r}: 'FILE'}} to name it.",
+    )
+    rows = read_rows(path)
+    require_columns(rows, (spec.source_field,), path)
+    clean = _SOURCE_CLEANERS[spec.name]
+    out: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        out.setdefault(clean(_source_text(row.get(spec.source_field))), row)
+    return out
 
 
 def _load_chat(

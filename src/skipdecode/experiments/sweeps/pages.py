@@ -8,11 +8,13 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
   library's version);
 - ``summaries``: SciTLDR's ROUGE conventions and the long-prompt speed (:mod:`.summaries`), for
   summarization folders;
+- ``extractive``: what one copied source sentence scores, and full against it
+  (:mod:`.extractive`; needs the dataset's files beside the repository);
 - ``reach``: target, planned and reached speedup (:mod:`.reach`; needs the model's tokenizer);
 - ``e2e``: E2E's own metric suite (:mod:`.e2e_table`; needs Java, METEOR takes ~10 s a cell the
   first time);
 
-(``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
+(``extractive``, ``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
 and the E2E suite scores E2E cells only)
 
 then ``results/PROVENANCE.md`` and the provenance mark on the page of each record that keeps
@@ -57,6 +59,19 @@ def _summaries(folder: Path) -> str:
     return "summaries" if write_summaries(folder) else "summaries: no summarization cells"
 
 
+def _extractive(folder: Path) -> str:
+    from ...data.errors import DataConfigError
+    from .extractive import EXTRACTIVE_MD, write_extractive
+
+    if not (folder / EXTRACTIVE_MD).is_file():
+        return "extractive: not published for this folder"
+    try:
+        write_extractive(folder)
+    except DataConfigError as e:
+        return f"extractive skipped ({e})"
+    return "extractive"
+
+
 def _reach(folder: Path) -> str:
     from ...models.loading import ModelConfigError
     from .reach import write_reach
@@ -88,6 +103,7 @@ def _e2e(folder: Path) -> str:
 PARTS: dict[str, Callable[[Path], str]] = {
     "tables": _tables,
     "summaries": _summaries,
+    "extractive": _extractive,
     "reach": _reach,
     "e2e": _e2e,
 }

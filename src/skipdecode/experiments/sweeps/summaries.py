@@ -45,10 +45,17 @@ from .table import collect, csv_text, num, page_command
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "LABELS",
+    "QUALITY",
     "ROUGE_KEYS",
     "SUMMARIES_CSV",
     "SUMMARIES_MD",
     "decided",
+    "delta_columns",
+    "deltas_table",
+    "interval_text",
+    "markdown_table",
+    "paired_deltas",
     "summary_cells",
     "summary_rows",
 ]
@@ -68,7 +75,7 @@ SPEED = (
     "prefill_share_baseline",
     "prefill_share",
 )
-_LABELS = {
+LABELS = {
     **{f"{t}_{c}": f"R{t[5:]} {c}" for c in ROUGE_CONVENTIONS for t in _TYPES},
     "bleu": "BLEU",
     "bertscore_f1": "BERT-F",
@@ -141,7 +148,7 @@ def summary_cells(folder: str | Path) -> list[dict[str, Any]]:
     return cells
 
 
-def _paired_deltas(
+def paired_deltas(
     cells: Sequence[Mapping[str, Any]], full: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
     """Against full of the same seeds: the two-level bootstrap and the per-seed t-interval."""
@@ -193,7 +200,7 @@ def summary_rows(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if c.get("method") == "full" and (c.get("dataset"), c.get("model")) == key[:2]
         }
         if key[3] != "full" and full:
-            row.update(_paired_deltas(members, full))
+            row.update(paired_deltas(members, full))
         rows.append(row)
     return sorted(rows, key=results_order)
 
@@ -219,7 +226,20 @@ def decided(row: Mapping[str, Any], metric: str) -> str:
     return text if len(intervals) > 1 else f"{text} (inputs only)"
 
 
-def _interval(value: Any, bounds: Any, metric: str, sign: bool = False) -> str:
+def delta_columns(row: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """A row's CSV columns for its difference in ``metric``: the difference, both intervals'
+    ends and what they decide."""
+    out: dict[str, Any] = {f"{metric}_delta": row.get(f"{metric}_delta")}
+    for kind in ("", "_seed"):
+        low, high = row.get(f"{metric}_delta{kind}_ci95") or (None, None)
+        out[f"{metric}_delta{kind}_ci95_low"], out[f"{metric}_delta{kind}_ci95_high"] = low, high
+    out[f"{metric}_decided"] = decided(row, metric)
+    return out
+
+
+def interval_text(value: Any, bounds: Any, metric: str, sign: bool = False) -> str:
+    """``value`` (a number, or a (mean, low, high) tuple) on the metric's page scale, with
+    ``[low, high]`` from the tuple or from ``bounds`` where both ends are numbers."""
     mean = value[0] if isinstance(value, tuple) else value
     low, high = (value[1], value[2]) if isinstance(value, tuple) else (bounds or (None, None))
     if num(mean) is None:
@@ -232,7 +252,8 @@ def _interval(value: Any, bounds: Any, metric: str, sign: bool = False) -> str:
     return text
 
 
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines."""
     return [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
@@ -247,7 +268,7 @@ def _speed(value: tuple | None, share: bool = False) -> str:
     return f"{100 * mean:.1f}%" if share else f"{mean:.2f}x"
 
 
-def _deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> list[str]:
+def deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> list[str]:
     """Against full: each difference with its intervals, and what they decide."""
     delta_metrics = (
         "rouge1_max",
@@ -257,20 +278,20 @@ def _deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> li
         "bleu",
         "bertscore_f1",
     )
-    return _table(
+    return markdown_table(
         [*label, "paired seeds"]
-        + [f"Δ{_LABELS[m]} [seeds x inputs]" for m in delta_metrics]
-        + [f"Δ{_LABELS[m]} [per-seed t]" for m in _SEED_T]
-        + [f"{_LABELS[m]}: decided" for m in _SEED_T],
+        + [f"Δ{LABELS[m]} [seeds x inputs]" for m in delta_metrics]
+        + [f"Δ{LABELS[m]} [per-seed t]" for m in _SEED_T]
+        + [f"{LABELS[m]}: decided" for m in _SEED_T],
         [
             [str(r[k]) for k in label]
             + [str(r.get("delta_seeds", ""))]
             + [
-                _interval(r.get(f"{m}_delta"), r.get(f"{m}_delta_ci95"), m, True)
+                interval_text(r.get(f"{m}_delta"), r.get(f"{m}_delta_ci95"), m, True)
                 for m in delta_metrics
             ]
             + [
-                _interval(r.get(f"{m}_delta"), r.get(f"{m}_delta_seed_ci95"), m, True)
+                interval_text(r.get(f"{m}_delta"), r.get(f"{m}_delta_seed_ci95"), m, True)
                 for m in _SEED_T
             ]
             + [decided(r, m) for m in _SEED_T]
@@ -282,13 +303,16 @@ def _deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> li
 
 def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
     label = ["model", "schedule", "method", "seeds"]
-    quality = _table(
-        [*label, *(_LABELS[m] for m in QUALITY)],
-        [[str(r[k]) for k in label] + [_interval(r[m], None, m) for m in QUALITY] for r in rows],
+    quality = markdown_table(
+        [*label, *(LABELS[m] for m in QUALITY)],
+        [
+            [str(r[k]) for k in label] + [interval_text(r[m], None, m) for m in QUALITY]
+            for r in rows
+        ],
     )
-    deltas = _deltas_table(rows, label)
-    speed = _table(
-        [*label, *(_LABELS[m] for m in SPEED)],
+    deltas = deltas_table(rows, label)
+    speed = markdown_table(
+        [*label, *(LABELS[m] for m in SPEED)],
         [
             [str(r[k]) for k in label]
             + [_speed(r[m], share=m.startswith("prefill")) for m in SPEED]
@@ -339,11 +363,7 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
         mean, low, high = row.get(m) or (None, None, None)
         out.update({m: mean, f"{m}_ci95_low": low, f"{m}_ci95_high": high})
     for m in QUALITY:
-        out[f"{m}_delta"] = row.get(f"{m}_delta")
-        for kind in ("", "_seed"):
-            low, high = row.get(f"{m}_delta{kind}_ci95") or (None, None)
-            out[f"{m}_delta{kind}_ci95_low"], out[f"{m}_delta{kind}_ci95_high"] = low, high
-        out[f"{m}_decided"] = decided(row, m)
+        out.update(delta_columns(row, m))
     return out
 
 
