@@ -118,3 +118,15 @@ def test_an_input_not_in_the_data_is_refused_and_nothing_written(tmp_path):
     with pytest.raises(DataConfigError, match=r"data_dir=.*evaluated input 'Losses matter"):
         write_extractive(results, data)
     assert not list(results.glob("extractive.*"))
+
+
+def test_a_source_without_sentences_is_refused(tmp_path):
+    data = _data(tmp_path / "data")
+    rows = [json.loads(line) for line in (data / "test.jsonl").open()]
+    rows[0]["source"] = " ".join(SOURCES[0])  # one string: the same input, no sentences
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = tmp_path / "results"
+    _full_cell(results, 1, 1, ["a", "b"])
+    with pytest.raises(DataConfigError, match=r"field 'source' holds str .*list of sentences"):
+        write_extractive(results, data)
+    assert not list(results.glob("extractive.*"))

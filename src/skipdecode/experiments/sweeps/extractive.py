@@ -69,12 +69,13 @@ _LABEL_FIELD = "source_labels"
 
 def _sentences(row: Mapping[str, Any], field: str, where: str) -> list[str]:
     value = row.get(field)
-    if not isinstance(value, (list, tuple)):
+    sentences = [" ".join(str(s).split()) for s in value] if isinstance(value, list) else []
+    if not any(sentences):
         raise DataConfigError(
-            f"{where}: field {field!r} holds {type(value).__name__}; extractive reference "
-            "points need a list of sentences (SciTLDR's layout)"
+            f"{where}: field {field!r} holds {type(value).__name__} {str(value)[:60]!r}; "
+            "extractive reference points need a non-empty list of sentences (SciTLDR's layout)"
         )
-    return [" ".join(str(s).split()) for s in value]
+    return sentences
 
 
 def _best_sentence(sentences: Sequence[str], references: Sequence[str], scorer: Any) -> int:
