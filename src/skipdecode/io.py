@@ -27,6 +27,7 @@ __all__ = [
     "to_jsonable",
     "write_json_atomic",
     "write_jsonl_atomic",
+    "write_jsonl_gz_atomic",
     "write_text_atomic",
     "read_record",
     "read_json_or_none",
@@ -89,13 +90,17 @@ def _dumps(obj: Any, *, indent: int | None, where: str) -> str:
 
 
 @contextlib.contextmanager
-def _atomic_text_writer(path: str | os.PathLike) -> Iterator[Any]:
-    """Yield a text file in ``path``'s directory; on success fsync + ``os.replace`` onto ``path``."""
+def _atomic_text_writer(path: str | os.PathLike, binary: bool = False) -> Iterator[Any]:
+    """Yield a text (or ``binary``) file in ``path``'s directory; on success fsync +
+    ``os.replace`` onto ``path``."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        opened = (
+            os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        )
+        with opened as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -152,6 +157,19 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[Any]) -> int:
             f.write("\n")
             n += 1
     return n
+
+
+def write_jsonl_gz_atomic(path: str | os.PathLike, rows: Iterable[Any]) -> int:
+    """:func:`write_jsonl_atomic`, gzipped with no timestamp (the same rows give the same
+    bytes, so a rewritten results file leaves git clean). Returns the row count."""
+    lines = [
+        _dumps(row, indent=None, where=f"write_jsonl_gz_atomic({os.fspath(path)!r}) row {i}")
+        for i, row in enumerate(rows)
+    ]
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    with _atomic_text_writer(path, binary=True) as f:
+        f.write(gzip.compress(data, mtime=0))
+    return len(lines)
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,6 +107,20 @@ def test_reference_points_score_copied_sentences_and_full_against_them(tmp_path)
     md = paths["markdown"].read_text()
     assert "| smollm2-135m | oracle (best here) | 1 2 |" in md and "| full | 1 2 |" in md
 
+    # the stored scores rebuild the pages byte for byte without the data
+    written = {name: path.read_bytes() for name, path in paths.items()}
+    (data / "test.jsonl").unlink()
+    again = write_extractive(results, data)
+    assert {name: path.read_bytes() for name, path in again.items()} == written
+    # scores of other inputs are not reused: scoring again needs the data
+    generations = results / "1" / "generations.jsonl"
+    rows = [json.loads(line) for line in generations.open()]
+    rows[0]["references"] = ["another reference"]
+    generations.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataConfigError, match="data_dir="):
+        write_extractive(results, data)
+    assert paths["scores"].read_bytes() == written["scores"]
+
 
 def test_an_input_not_in_the_data_is_refused_and_nothing_written(tmp_path):
     data = _data(tmp_path / "data")

@@ -20,8 +20,12 @@ decide (:func:`~.summaries.decided`).
 
 The sources are read from the data files (``--data-dir``; default: the dataset's folder in
 ``../shared/data`` beside the repository). Every evaluated input must be the source of a row
-there, or nothing is written. Writes ``extractive.csv`` and ``extractive.md`` into the folder,
-each whole or not at all.
+there, or nothing is written. Each reference point's outputs and per-input scores are kept in
+``extractive.jsonl.gz`` (each row names its input by a hash of the input and its references);
+a later run reuses them for the inputs they were scored on, so the pages are rebuilt from
+committed files (BERTScore on a CPU differs in the ninth decimal from run to run) and without
+the data; ``--rescore`` scores again. Writes ``extractive.jsonl.gz``, ``extractive.csv`` and
+``extractive.md`` into the folder, each whole or not at all.
 
     python -m skipdecode.experiments.sweeps.extractive results/scitldr_smollm2 [--data-dir DIR]
 """
@@ -29,6 +33,8 @@ each whole or not at all.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,7 +45,13 @@ from ...data.loaders import rows_by_source
 from ...data.tasks import get_task
 from ...evaluation.metrics import compute_all
 from ...evaluation.record import metric_settings, per_input_scores
-from ...io import read_json_or_none, write_text_atomic
+from ...io import (
+    plain_or_gzipped,
+    read_json_or_none,
+    read_jsonl,
+    write_jsonl_gz_atomic,
+    write_text_atomic,
+)
 from ...paths import repo_root
 from .seeds import mean_ci95
 from .summaries import (
@@ -57,10 +69,18 @@ from .table import csv_text
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXTRACTIVE_CSV", "EXTRACTIVE_MD", "POINTS", "extractive_outputs", "write_extractive"]
+__all__ = [
+    "EXTRACTIVE_CSV",
+    "EXTRACTIVE_MD",
+    "EXTRACTIVE_SCORES",
+    "POINTS",
+    "extractive_outputs",
+    "write_extractive",
+]
 
 EXTRACTIVE_CSV = "extractive.csv"
 EXTRACTIVE_MD = "extractive.md"
+EXTRACTIVE_SCORES = "extractive.jsonl.gz"
 LEAD, LABELLED, BEST = "lead-1", "oracle (dataset label)", "oracle (best here)"
 #: The reference points, in the order the page shows them.
 POINTS = (LEAD, LABELLED, BEST)
@@ -114,26 +134,80 @@ def extractive_outputs(
     return out
 
 
-def _scored(outputs: list[str], full: Mapping[str, Any]) -> dict[str, Any]:
+def _scored(
+    outputs: list[str],
+    full: Mapping[str, Any],
+    per_input: Mapping[str, list[float]] | None = None,
+) -> dict[str, Any]:
     """A reference point scored by the evaluation's own metrics with the settings ``full`` (a
-    :func:`~.summaries.summary_cells` cell) recorded, in the shape of such a cell."""
+    :func:`~.summaries.summary_cells` cell) recorded, in the shape of such a cell; with
+    ``per_input`` (stored scores) only corpus BLEU is computed."""
     record = read_json_or_none(full.get("record") or "") or {}
     metrics = ((record.get("config") or {}).get("eval") or {}).get("metrics") or {}
     settings = metric_settings(metrics, get_task(str(full["dataset"])))
-    if "bertscore_f1" not in full["per_input"]:
+    if per_input is not None or "bertscore_f1" not in full["per_input"]:
         settings["bertscore"] = False
+    if per_input is not None:
+        settings["rouge"] = False
     quality = compute_all(outputs, full["references"], settings, prefix="eval.metrics")
-    per_input = per_input_scores(quality)
+    if per_input is None:
+        per_input = per_input_scores(quality)
+    per_input = {k: list(per_input[k]) for k in (*ROUGE_KEYS, "bertscore_f1") if k in per_input}
     values: dict[str, Any] = {k: sum(v) / len(v) for k, v in per_input.items()}
     values["bleu"] = quality["bleu"]["score"]
     return {
         "outputs": outputs,
         "references": full["references"],
         "inputs": full["inputs"],
-        "per_input": {k: per_input[k] for k in (*ROUGE_KEYS, "bertscore_f1") if k in per_input},
+        "per_input": per_input,
         "bleu_settings": quality["bleu"]["settings"],
         **values,
     }
+
+
+def _input_keys(full: Mapping[str, Any]) -> list[str]:
+    return [
+        hashlib.sha256(json.dumps([text, refs]).encode("utf-8")).hexdigest()[:16]
+        for text, refs in zip(full["inputs"], full["references"], strict=True)
+    ]
+
+
+def _stored(rows: Sequence[Mapping[str, Any]], full: Mapping[str, Any]) -> dict | None:
+    """The stored outputs and per-input scores of each reference point of ``full``'s (dataset,
+    model), or None where they are missing or were scored on other inputs."""
+    keys = _input_keys(full)
+    points: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        if (row.get("dataset"), row.get("model")) == (full["dataset"], full["model"]):
+            points.setdefault(str(row.get("system")), []).append(row)
+    if not points:
+        return None
+    out = {}
+    for point, members in points.items():
+        members = sorted(members, key=lambda r: r.get("index", 0))
+        if [r.get("input_sha256") for r in members] != keys:
+            log.info("extractive: %s was scored on other inputs; scoring again", point)
+            return None
+        scores = {k: [r["scores"][k] for r in members] for k in members[0]["scores"]}
+        out[point] = ([str(r["output"]) for r in members], scores)
+    return out
+
+
+def _stored_rows(group: Mapping[str, Any], full: Mapping[str, Any]) -> list[dict[str, Any]]:
+    keys = _input_keys(full)
+    return [
+        {
+            "dataset": full["dataset"],
+            "model": full["model"],
+            "system": point,
+            "index": i,
+            "input_sha256": keys[i],
+            "output": cell["outputs"][i],
+            "scores": {k: v[i] for k, v in cell["per_input"].items()},
+        }
+        for point, cell in group.items()
+        for i in range(len(keys))
+    ]
 
 
 def _data_dir(dataset: str, data_dir: Path | None) -> Path:
@@ -145,12 +219,15 @@ def _data_dir(dataset: str, data_dir: Path | None) -> Path:
     return root.parent / "shared" / "data" / dataset
 
 
-def _group_rows(
-    fulls: list[Mapping[str, Any]], data_dir: Path | None
-) -> tuple[list[dict[str, Any]], int]:
-    """The reference points' rows of one (dataset, model) and the number of inputs."""
-    first = fulls[0]
-    dataset, model = str(first["dataset"]), str(first["model"])
+def _points(
+    first: Mapping[str, Any], data_dir: Path | None, stored: Sequence[Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each reference point of ``first``'s (dataset, model), scored in the shape of a cell: from
+    the stored scores where they are for these inputs, else from the data files."""
+    kept = _stored(stored, first)
+    if kept is not None:
+        return {p: _scored(outputs, first, scores) for p, (outputs, scores) in kept.items()}
+    dataset = str(first["dataset"])
     record = read_json_or_none(first.get("record") or "") or {}
     split = str((record.get("dataset") or {}).get("split") or "test")
     directory = _data_dir(dataset, data_dir)
@@ -158,9 +235,18 @@ def _group_rows(
     rows = rows_by_source(dataset, split, directory)
     source_field = get_task(dataset).source_field
     outputs = extractive_outputs(first["inputs"], first["references"], rows, source_field, where)
+    return {point: _scored(texts, first) for point, texts in outputs.items()}
+
+
+def _group_rows(
+    fulls: list[Mapping[str, Any]], points: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The page's rows of one (dataset, model): each reference point with full against it,
+    then full over its seeds."""
+    first = fulls[0]
+    dataset, model = str(first["dataset"]), str(first["model"])
     out = []
-    for point, texts in outputs.items():
-        cell = _scored(texts, first)
+    for point, cell in points.items():
         row: dict[str, Any] = {"dataset": dataset, "model": model, "system": point}
         row.update({m: cell.get(m) for m in QUALITY})
         row.update(paired_deltas(fulls, {str(f.get("seed")): cell for f in fulls}))
@@ -168,7 +254,7 @@ def _group_rows(
     seeds = " ".join(sorted(str(f.get("seed")) for f in fulls))
     full = {"dataset": dataset, "model": model, "system": "full", "seeds": seeds}
     full.update({m: mean_ci95([f.get(m) for f in fulls]) for m in QUALITY})
-    return [*out, full], len(first["inputs"])
+    return [*out, full]
 
 
 def format_extractive(rows: Sequence[Mapping[str, Any]], inputs: int) -> str:
@@ -223,10 +309,10 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_extractive(
-    folder: str | Path, data_dir: str | Path | None = None
+    folder: str | Path, data_dir: str | Path | None = None, rescore: bool = False
 ) -> dict[str, Path] | None:
-    """Write ``extractive.csv`` and ``extractive.md`` into ``folder``; None without full cells
-    of a summarization dataset."""
+    """Write ``extractive.jsonl.gz``, ``extractive.csv`` and ``extractive.md`` into ``folder``
+    (module doc); None without full cells of a summarization dataset."""
     folder = Path(folder)
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for cell in summary_cells(folder):
@@ -234,15 +320,21 @@ def write_extractive(
             groups.setdefault((cell.get("dataset"), cell.get("model")), []).append(cell)
     if not groups:
         return None
-    rows, counts = [], []
+    scores_file = plain_or_gzipped(folder / EXTRACTIVE_SCORES)
+    stored = read_jsonl(scores_file) if scores_file.is_file() and not rescore else []
+    directory = Path(data_dir) if data_dir is not None else None
+    rows, kept = [], []
     for fulls in groups.values():
-        group, inputs = _group_rows(fulls, Path(data_dir) if data_dir is not None else None)
-        rows += group
-        counts.append(inputs)
+        points = _points(fulls[0], directory, stored)
+        kept += _stored_rows(points, fulls[0])
+        rows += _group_rows(fulls, points)
+    inputs = len(next(iter(groups.values()))[0]["inputs"])
     lines = [_csv_row(r) for r in rows]
+    write_jsonl_gz_atomic(folder / EXTRACTIVE_SCORES, kept)
     return {
+        "scores": folder / EXTRACTIVE_SCORES,
         "csv": write_text_atomic(folder / EXTRACTIVE_CSV, csv_text(lines, list(lines[0]))),
-        "markdown": write_text_atomic(folder / EXTRACTIVE_MD, format_extractive(rows, counts[0])),
+        "markdown": write_text_atomic(folder / EXTRACTIVE_MD, format_extractive(rows, inputs)),
     }
 
 
@@ -252,13 +344,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("folders", nargs="+", type=Path, help="results folders (published or sweeps)")
     p.add_argument("--data-dir", type=Path, default=None, help="the dataset's files")
+    p.add_argument(
+        "--rescore", action="store_true", help="score again even where stored scores exist"
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for folder in args.folders:
         if not folder.is_dir():
             p.error(f"folders: {str(folder)!r} is not a directory")
         try:
-            paths = write_extractive(folder, args.data_dir)
+            paths = write_extractive(folder, args.data_dir, args.rescore)
         except DataConfigError as e:
             p.error(str(e))
         print(f"{folder}: " + (", ".join(map(str, paths.values())) if paths else "no full cells"))

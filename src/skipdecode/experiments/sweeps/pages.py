@@ -9,7 +9,7 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
 - ``summaries``: SciTLDR's ROUGE conventions and the long-prompt speed (:mod:`.summaries`), for
   summarization folders;
 - ``extractive``: what one copied source sentence scores, and full against it
-  (:mod:`.extractive`; needs the dataset's files beside the repository);
+  (:mod:`.extractive`, from its committed per-input scores);
 - ``reach``: target, planned and reached speedup (:mod:`.reach`; needs the model's tokenizer);
 - ``e2e``: E2E's own metric suite (:mod:`.e2e_table`; needs Java, METEOR takes ~10 s a cell the
   first time);
