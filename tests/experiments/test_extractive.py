@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from exports import write_published_cell
 from rouge_score import rouge_scorer
 
 from skipdecode.data.errors import DataConfigError
@@ -44,27 +45,20 @@ def _full_cell(folder: Path, job: int, seed: int, outputs: list[str]) -> None:
         }
         for i, out in enumerate(outputs)
     ]
-    where = folder / str(job)
-    where.mkdir(parents=True)
-    (where / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     record = {
         "summary": {"bleu": 5.0 * seed},
         "quality": {"bleu": {"settings": {"tokenize": "13a"}}, "rouge": {"settings": {}}},
         "dataset": {"name": "scitldr", "split": "test"},
-        "files": {"generations": "generations.jsonl"},
     }
-    (where / "record.json").write_text(json.dumps(record))
     cell = {
-        "status": "ok",
         "dataset": "scitldr",
         "model": "smollm2-135m",
         "schedule": "full",
         "method": "full",
         "target_speedup": 1.0,
         "seed": seed,
-        "record": "record.json",
     }
-    (where / "cell.json").write_text(json.dumps(cell))
+    write_published_cell(folder / str(job), rows, record, cell)
 
 
 def _rouge_max(outputs: list[str], t: str) -> float:
@@ -122,25 +116,29 @@ def test_reference_points_score_copied_sentences_and_full_against_them(tmp_path)
     assert paths["scores"].read_bytes() == written["scores"]
 
 
-def test_an_input_not_in_the_data_is_refused_and_nothing_written(tmp_path):
-    data = _data(tmp_path / "data")
-    rows = [json.loads(line) for line in (data / "test.jsonl").open()]
+def _other_source(rows: list[dict]) -> None:
     rows[1]["source"] = ["Another abstract."]
-    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    results = tmp_path / "results"
-    _full_cell(results, 1, 1, ["a", "b"])
-    with pytest.raises(DataConfigError, match=r"data_dir=.*evaluated input 'Losses matter"):
-        write_extractive(results, data)
-    assert not list(results.glob("extractive.*"))
 
 
-def test_a_source_without_sentences_is_refused(tmp_path):
+def _one_string(rows: list[dict]) -> None:
+    rows[0]["source"] = " ".join(SOURCES[0])  # one string: the same input, no sentences
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (_other_source, r"data_dir=.*evaluated input 'Losses matter"),
+        (_one_string, r"field 'source' holds str .*list of sentences"),
+    ],
+    ids=["an input not in the data", "a source without sentences"],
+)
+def test_data_that_cannot_give_the_points_is_refused_and_nothing_written(tmp_path, change, match):
     data = _data(tmp_path / "data")
     rows = [json.loads(line) for line in (data / "test.jsonl").open()]
-    rows[0]["source"] = " ".join(SOURCES[0])  # one string: the same input, no sentences
+    change(rows)
     (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     results = tmp_path / "results"
     _full_cell(results, 1, 1, ["a", "b"])
-    with pytest.raises(DataConfigError, match=r"field 'source' holds str .*list of sentences"):
+    with pytest.raises(DataConfigError, match=match):
         write_extractive(results, data)
     assert not list(results.glob("extractive.*"))

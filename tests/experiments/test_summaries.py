@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from exports import write_published_cell
 from offline_env import offline_env
 from rouge_score import rouge_scorer
 
@@ -104,9 +105,6 @@ def _cell(folder: Path, job: int, schedule: str, seed: int, outputs: list[str]) 
         {"index": i, "input": f"abstract {i}", "references": refs[i], "output": out, "scores": {}}
         for i, out in enumerate(outputs)
     ]
-    where = folder / str(job)
-    where.mkdir(parents=True)
-    (where / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     record = {
         "summary": {"bleu": 10.0 * seed},
         "quality": {"bleu": {"settings": {"tokenize": "13a"}}, "rouge": {"settings": {}}},
@@ -119,20 +117,16 @@ def _cell(folder: Path, job: int, schedule: str, seed: int, outputs: list[str]) 
                 "predicted_speedup_e2e": 1.5,
             },
         },
-        "files": {"generations": "generations.jsonl"},
     }
-    (where / "record.json").write_text(json.dumps(record))
     cell = {
-        "status": "ok",
         "dataset": "scitldr",
         "model": "smollm2-135m",
         "schedule": schedule,
         "method": "full" if schedule == "full" else "skipdecode",
         "target_speedup": 1.0 if schedule == "full" else 2.0,
         "seed": seed,
-        "record": "record.json",
     }
-    (where / "cell.json").write_text(json.dumps(cell))
+    write_published_cell(folder / str(job), rows, record, cell)
 
 
 def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):

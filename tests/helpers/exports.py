@@ -175,3 +175,14 @@ def make_fake_sweep(sweep_dir: Path) -> Path:
         )
     )
     return sweep_dir
+
+
+def write_published_cell(job_dir: Path, rows: list[dict], record: dict, cell: dict) -> None:
+    """A finished cell as a published sweep holds it: ``generations.jsonl`` (``rows``),
+    ``record.json`` naming that file, and ``cell.json`` (status ok) naming the record."""
+    job_dir.mkdir(parents=True)
+    (job_dir / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    record = {**record, "files": {"generations": "generations.jsonl"}}
+    (job_dir / "record.json").write_text(json.dumps(record))
+    cell = {"status": "ok", **cell, "record": "record.json"}
+    (job_dir / "cell.json").write_text(json.dumps(cell))

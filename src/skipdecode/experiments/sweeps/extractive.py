@@ -109,12 +109,13 @@ def extractive_outputs(
     rows: Mapping[str, Mapping[str, Any]],
     source_field: str,
     where: str,
+    use_stemmer: bool = True,
 ) -> dict[str, list[str]]:
     """Each reference point's output per input (module doc); the dataset-label oracle only
     where every row has one label. An input that is no row's source is an error."""
     from rouge_score import rouge_scorer
 
-    scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+    scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=use_stemmer)
     out: dict[str, list[str]] = {LEAD: [], LABELLED: [], BEST: []}
     for text, group in zip(inputs, references, strict=True):
         row = rows.get(text)
@@ -137,14 +138,14 @@ def extractive_outputs(
 def _scored(
     outputs: list[str],
     full: Mapping[str, Any],
+    metrics: Mapping[str, Any],
     per_input: Mapping[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """A reference point scored by the evaluation's own metrics with the settings ``full`` (a
-    :func:`~.summaries.summary_cells` cell) recorded, in the shape of such a cell; with
-    ``per_input`` (stored scores) only corpus BLEU is computed."""
-    record = read_json_or_none(full.get("record") or "") or {}
-    metrics = ((record.get("config") or {}).get("eval") or {}).get("metrics") or {}
-    settings = metric_settings(metrics, get_task(str(full["dataset"])))
+    :func:`~.summaries.summary_cells` cell) recorded (``metrics``, its concrete
+    ``eval.metrics``), in the shape of such a cell; with ``per_input`` (stored scores) only
+    corpus BLEU is computed."""
+    settings = dict(metrics)
     if per_input is not None or "bertscore_f1" not in full["per_input"]:
         settings["bertscore"] = False
     if per_input is not None:
@@ -224,18 +225,25 @@ def _points(
 ) -> dict[str, dict[str, Any]]:
     """Each reference point of ``first``'s (dataset, model), scored in the shape of a cell: from
     the stored scores where they are for these inputs, else from the data files."""
-    kept = _stored(stored, first)
-    if kept is not None:
-        return {p: _scored(outputs, first, scores) for p, (outputs, scores) in kept.items()}
     dataset = str(first["dataset"])
     record = read_json_or_none(first.get("record") or "") or {}
+    recorded = ((record.get("config") or {}).get("eval") or {}).get("metrics") or {}
+    metrics = metric_settings(recorded, get_task(dataset))
+    kept = _stored(stored, first)
+    if kept is not None:
+        return {p: _scored(texts, first, metrics, scores) for p, (texts, scores) in kept.items()}
     split = str((record.get("dataset") or {}).get("split") or "test")
     directory = _data_dir(dataset, data_dir)
-    where = f"data_dir={str(directory)!r}"
     rows = rows_by_source(dataset, split, directory)
-    source_field = get_task(dataset).source_field
-    outputs = extractive_outputs(first["inputs"], first["references"], rows, source_field, where)
-    return {point: _scored(texts, first) for point, texts in outputs.items()}
+    outputs = extractive_outputs(
+        first["inputs"],
+        first["references"],
+        rows,
+        get_task(dataset).source_field,
+        f"data_dir={str(directory)!r}",
+        use_stemmer=bool((metrics.get("rouge") or {}).get("use_stemmer", True)),
+    )
+    return {point: _scored(texts, first, metrics) for point, texts in outputs.items()}
 
 
 def _group_rows(
