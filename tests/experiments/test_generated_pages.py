@@ -15,6 +15,7 @@ from skipdecode.experiments.sweeps.readme import (
     block_markers,
     headline_table,
     readme_blocks,
+    summaries_table,
     write_readme,
 )
 
@@ -29,6 +30,32 @@ def test_readme_tables_are_the_ones_make_docs_writes():
         assert text == "\n" + BLOCKS[name](ROOT / "results"), name
     headline = headline_table(ROOT / "results")
     assert headline.splitlines()[2].startswith("| full |")  # full first, then by speedup
+
+
+def test_summaries_block_puts_full_first_on_the_summaries_page_scale(tmp_path):
+    """README's summarization block: full, SkipDecode by target, then the other methods; ROUGE
+    from the CSV's 0-1 scale to the page's x100, each interval from its own columns."""
+    assert summaries_table(tmp_path) is None  # no record, no block
+    folder = tmp_path / "scitldr_smollm2"
+    folder.mkdir()
+    columns = ["schedule", "method", "seeds", "measured_speedup_decode", "measured_speedup_e2e"]
+    columns += [f"rougeL_max{s}" for s in ("", "_ci95_low", "_ci95_high")]
+    columns += [f"rougeL_max_delta{s}" for s in ("", "_ci95_low", "_ci95_high")]
+    columns += ["rougeL_max_decided"]
+    columns += [f"bertscore_f1_delta{s}" for s in ("", "_ci95_low", "_ci95_high")]
+    rows = [
+        "unified_2x,unified skip,1,1.9,1.3,0.3173,,,-0.0372,-0.0497,-0.026,lower (inputs only),-0.04,-0.05,-0.03",
+        "target_3x,skipdecode,1,3.2,1.7,0.2986,,,-0.056,-0.0687,-0.044,lower (inputs only),-0.08,-0.09,-0.07",
+        "full,full,1 2 3,1.0,1.0,0.3494,0.3384,0.3605,,,,,,,",
+    ]  # fmt: skip
+    (folder / "summaries.csv").write_text("\n".join([",".join(columns), *rows]) + "\n")
+    lines = summaries_table(tmp_path).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| full", "| target_3x", "| unified_2x"]
+    assert lines[2] == "| full | full | 1 2 3 | 1.00x | 1.00x | 34.94 [33.84, 36.05] |  |  |  |"
+    assert lines[4] == (
+        "| unified_2x | unified skip | 1 | 1.90x | 1.30x | 31.73 | -3.72 [-4.97, -2.60] "
+        "| lower (inputs only) | -0.0400 [-0.0500, -0.0300] |"
+    )
 
 
 def _cell(batch: int, full: float, peer: float, tokens_equal: bool) -> dict:
