@@ -89,10 +89,6 @@ def _bounded(row: dict[str, str], column: str, metric: str, sign: bool = False) 
     return summaries.interval_text(num(row.get(column)), bounds, metric, sign)
 
 
-def _speedup(value: str | None) -> str:
-    return "" if num(value) is None else f"{num(value):.2f}x"
-
-
 def summaries_table(results: Path) -> str | None:
     """The summarization headline from ``results/scitldr_smollm2/summaries.csv`` (None
     without it), in the E2E headline's order."""
@@ -117,8 +113,8 @@ def summaries_table(results: Path) -> str | None:
             r["schedule"],
             r["method"],
             r["seeds"],
-            _speedup(r["measured_speedup_decode"]),
-            _speedup(r["measured_speedup_e2e"]),
+            format_value("measured_speedup_decode", num(r["measured_speedup_decode"])),
+            format_value("measured_speedup_e2e", num(r["measured_speedup_e2e"])),
             _bounded(r, "rougeL_max", "rougeL_max"),
             _bounded(r, "rougeL_max_delta", "rougeL_max", sign=True),
             r["rougeL_max_decided"],
