@@ -118,7 +118,7 @@ def test_sliding_window_exact_within_and_refused_beyond(model_type):
         pad_token_id=PAD,
     )
     assert torch.equal(out.sequences, hf)
-    with pytest.raises(ValueError, match=f"exceeds the model's {window} positions"):
+    with pytest.raises(ValueError, match=f"runs {window} positions"):
         dec.generate(ids, FullSchedule(L), window, mask)
 
 

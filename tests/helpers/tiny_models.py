@@ -17,7 +17,7 @@ def tiny_opt(num_layers: int = 6, seed: int = 0, **overrides) -> OPTForCausalLM:
         num_hidden_layers=num_layers,
         ffn_dim=64,
         num_attention_heads=4,
-        max_position_embeddings=128,
+        max_position_embeddings=overrides.pop("max_position_embeddings", 128),
         word_embed_proj_dim=overrides.pop("word_embed_proj_dim", 32),
         pad_token_id=PAD,
         bos_token_id=BOS,

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .context import ContextLimit, context_limit
 from .families import FAMILIES, Family
 
 __all__ = [
@@ -129,8 +130,13 @@ class DecoderAdapter:
         return len(self.layers)
 
     @property
+    def context_limit(self) -> ContextLimit:
+        """The positions this engine runs the model in, and the config field that sets them."""
+        return context_limit(self.config)
+
+    @property
     def max_positions(self) -> int:
-        return int(self.config.max_position_embeddings)
+        return self.context_limit.positions
 
     def layer_kwargs_slice(self, kwargs: dict[str, Any], length: int) -> dict[str, Any]:
         """The same arguments restricted to the first ``length`` positions."""
@@ -245,18 +251,10 @@ class GenericAdapter(DecoderAdapter):
                 f"model_type={self.config.model_type!r}: its layers take no cache argument "
                 f"(one of {CACHE_ARGUMENTS}); the KV cache cannot be handed to them"
             )
-        self.window = _sliding_window(self.config, self.layer_types)
 
     @property
     def layers(self) -> nn.ModuleList:
         return self._layers
-
-    @property
-    def max_positions(self) -> int:
-        limit = getattr(self.config, "max_position_embeddings", None) or self.config.n_positions
-        # One attention mask serves every layer; windowed attention equals full attention
-        # while the sequence fits the window, so windowed models run up to that length.
-        return min(int(limit), self.window) if self.window else int(limit)
 
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         hidden = getattr(self.base, self.family.embed_tokens)(input_ids)
@@ -305,16 +303,6 @@ class GenericAdapter(DecoderAdapter):
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
         return logits
-
-
-def _sliding_window(config: Any, layer_types: list[str] | None) -> int | None:
-    """The attention window the model applies anywhere, or None for full attention only."""
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return None
-    if layer_types is not None:
-        return int(window) if "sliding_attention" in layer_types else None
-    return int(window) if getattr(config, "use_sliding_window", True) else None
 
 
 class OPTAdapter(DecoderAdapter):

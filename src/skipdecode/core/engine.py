@@ -17,6 +17,7 @@ from .adapters import DecoderAdapter, get_adapter
 from .cache import DynamicKVCache, KVCache, StaticKVCache
 from .clock import eval_mode
 from .compiled import CompiledLayers
+from .context import Demand, check_context
 from .loop import DecodeRequest, plan_generate
 from .masks import active_prefixes, causal_attention_mask, position_ids_from_mask
 from .options import DecodeOptions
@@ -321,10 +322,12 @@ class SkipDecoder:
                 f"schedule is built for {schedule.num_layers} layers but the model has "
                 f"{self.num_layers}; build it for this model (e.g. schedule=target_2x)"
             )
-        limit = self.adapter.max_positions
-        if prompt_len + max_new_tokens > limit:
-            raise ValueError(
-                f"prompt length {prompt_len} + max_new_tokens {max_new_tokens} exceeds the "
-                f"model's {limit} positions (max_position_embeddings); shorten the prompt "
-                "(dataset truncation) or lower max_new_tokens"
-            )
+        # the same check and message as the pipeline's (core.context); the lossless mode's
+        # drafted positions past the output's end are clamped, so they need no room
+        demand = Demand(
+            "prompt + new tokens",
+            ("prompt length", prompt_len),
+            (("max_new_tokens", max_new_tokens),),
+        )
+        model = getattr(self.model.config, "name_or_path", None) or self.model.config.model_type
+        check_context([demand], self.adapter.context_limit, str(model), rule_setting=None)

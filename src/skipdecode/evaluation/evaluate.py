@@ -34,6 +34,7 @@ from ..progress import progress_setting
 from ..schedules import FullSchedule, Schedule
 from .generation import GenerationRun, generate_all, speed_record
 from .inputs import (
+    DATASET_KEYS,
     EvaluationError,
     LoadedModel,
     batch_order,
@@ -41,6 +42,7 @@ from .inputs import (
     dataset_settings,
     draft_vocabulary,
     encode_prompts,
+    fit_prompts,
     load_examples,
     load_model,
     resolve_schedule,
@@ -98,6 +100,7 @@ class _Setup:
     schedule_origin: str
     expected_length: int
     expected_length_source: str
+    context: dict[str, Any]
     calibration: dict[str, Any] | None
     generation: dict[str, Any]
     metric_settings: dict[str, Any]
@@ -146,6 +149,7 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
         raise EvaluationError(
             f"eval.generation.batch_size={gen['batch_size']}; allowed: an integer >= 1"
         )
+    context = fit_prompts(settings, data_cfg, lm, decoder, task, int(gen["max_new_tokens"]))
     calibration = None
     if schedule.needs_calibration:
         schedule, calibration = calibrate(
@@ -168,6 +172,7 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
         origin,
         int(expected),
         expected_source,
+        context,
         calibration,
         gen,
         metrics,
@@ -177,18 +182,8 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
 #: The keys an evaluation reads; anything else is a mistake worth an error (a misspelt or moved
 #: key would otherwise be silently ignored).
 ALLOWED_KEYS: dict[str, set[str]] = {
-    "": {
-        "checkpoint",
-        "dataset",
-        "schedule",
-        "eval",
-        "seed",
-        "output_dir",
-        "wandb",
-        "progress",
-        "paths",
-    },
-    "dataset": {"name", "data_dir", "hub_name", "seed", "max_source_tokens", "options"},
+    "": set("checkpoint dataset schedule eval seed output_dir wandb progress paths".split()),
+    "dataset": set(DATASET_KEYS),
     "eval": {
         "split",
         "limit",
@@ -281,6 +276,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "num_references": sum(len(r) for r in references),
             "max_source_tokens": max_source,
             "truncated_sources": truncated,
+            "context": s.context,
             "limit": ev.get("limit"),
         },
         "generation": {

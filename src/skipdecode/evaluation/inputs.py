@@ -3,7 +3,7 @@
 ``load_model`` accepts an exported directory, a training output directory or a Lightning
 ``.ckpt``; ``resolve_schedule`` takes the override or the schedule the model was trained with;
 ``dataset_settings`` / ``load_examples`` / ``encode_prompts`` give the split's inputs exactly as
-training encoded them; ``calibrate`` tunes a schedule that needs it on validation prompts.
+training encoded them, ``fit_prompts`` checks them against the model's context; ``calibrate`` tunes a schedule that needs it on validation prompts.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..core.context import ContextError, check_context, evaluation_demand
 from ..core.engine import SkipDecoder
 from ..data.collate import encode_prompt, left_pad
 from ..data.datasets import group_by_source, load_split, target_lengths
@@ -36,7 +37,13 @@ __all__ = [
     "encode_prompts",
     "validation_lengths",
     "batch_order",
+    "fit_prompts",
+    "DATASET_KEYS",
 ]
+
+#: The ``dataset`` settings an evaluation reads (anything else is refused by name).
+DATASET_KEYS = ("name", "data_dir", "hub_name", "seed", "max_source_tokens", "on_long_context")
+DATASET_KEYS += ("options",)
 
 
 class EvaluationError(ValueError):
@@ -247,3 +254,37 @@ def encode_prompts(
         out.append(list(ids))
         cut += int(truncated)
     return out, cut
+
+
+def fit_prompts(
+    settings: dict[str, Any],
+    data_cfg: Mapping[str, Any],
+    lm: LoadedModel,
+    decoder: SkipDecoder,
+    task: Any,
+    max_new_tokens: int,
+) -> dict[str, Any]:
+    """Prompts plus new tokens checked against the model's context before any batch is decoded
+    (calibration included): refused (``dataset.on_long_context: error``, the rule the model was
+    trained under unless given) or ``settings``' prompt bound lowered to fit (``truncate``);
+    returns what the check found, for the record."""
+    trained = lm.meta.get("dataset") or {}
+    rule = data_cfg.get("on_long_context")
+    if rule is None and trained.get("name") == settings["name"]:
+        rule = trained.get("on_long_context")
+    max_source = int(settings.get("max_source_tokens") or task.max_source_tokens)
+    demand = evaluation_demand(max_source, max_new_tokens)
+    limit = decoder.adapter.context_limit
+    model = (lm.meta.get("model") or {}).get("name") or lm.model.config.model_type
+    try:
+        fitted = check_context([demand], limit, str(model), rule)[demand.use]
+    except ContextError as e:
+        raise EvaluationError(str(e)) from e
+    settings["max_source_tokens"] = fitted
+    return {
+        "positions": limit.positions,
+        "source": limit.source,
+        "rule": rule or "error",
+        "longest_sequence": demand.length,
+        "max_source_tokens": fitted,
+    }

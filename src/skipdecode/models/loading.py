@@ -25,6 +25,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from ..core.adapters import SUPPORTED_MODEL_TYPES
+from ..core.context import ContextLimit, context_limit
 from ..core.families import FAMILIES
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "load_pretrained_dir",
     "EXPORT_META_FILE",
     "model_sizes",
+    "config_context_limit",
 ]
 
 log = logging.getLogger(__name__)
@@ -277,3 +279,27 @@ def model_sizes(cfg: Mapping) -> dict[str, Any] | None:
                     count += math.prod(f.get_slice(name).get_shape())
         sizes["num_parameters"] = count
     return sizes
+
+
+def config_context_limit(cfg: Mapping) -> ContextLimit:
+    """The context of the model ``cfg`` (the ``model`` config group) builds, read from its
+    config alone: ``model.arch`` for a model built from a config, else the ``config.json`` its
+    weights come with (a hub model: from the hub or its cache). No weight is loaded."""
+    if needs_trained_tokenizer(cfg):
+        arch = dict(cfg.get("arch") or {})
+        model_type = arch.pop("model_type", None)
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ModelConfigError(
+                f"model.arch.model_type={model_type!r} is not supported; choose one of "
+                f"{SUPPORTED_MODEL_TYPES}"
+            )
+        return context_limit(AutoConfig.for_model(model_type, **arch))
+    path = pretrained_path(cfg)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except OSError as e:
+        raise ModelConfigError(
+            f"model.pretrained={path!r}: could not read its config ({e}). Offline, use "
+            "model=tiny, model=smollm2-135m (after `make smollm2`), or model.source=random"
+        ) from e
+    return context_limit(config)

@@ -39,6 +39,7 @@ _KEYS = (
     "max_source_tokens",
     "max_target_tokens",
     "on_long_target",
+    "on_long_context",
 )
 
 

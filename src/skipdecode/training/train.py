@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import config_dir, instantiate_callbacks, instantiate_loggers, task_wrapper
+from ..core.context import check_context, evaluation_demand, training_demand
 from ..data import get_or_train_tokenizer, get_task
 from ..io import write_json_atomic
 from ..locks import claim_dir
-from ..models.loading import load_pretrained_tokenizer, needs_trained_tokenizer
+from ..models.loading import (
+    config_context_limit,
+    load_pretrained_tokenizer,
+    needs_trained_tokenizer,
+)
 from .checkpoints import AtomicCheckpointIO, resume_step
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
@@ -35,7 +41,7 @@ from .memory import check_devices, plan_run
 from .module import SkipDecodeLitModule
 from .peak import PEAK_FILE, DevicePeak, read_peak
 
-__all__ = ["train", "main", "build_tokenizer"]
+__all__ = ["train", "main", "build_tokenizer", "fit_to_context", "check_cell_context"]
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +120,56 @@ def _memory_plan(cfg: DictConfig, datamodule: SkipDataModule, tokenizer: Any) ->
     return {**plan.as_dict(), "checked": checked}
 
 
+def fit_to_context(
+    model_cfg: dict[str, Any], dataset_cfg: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dataset settings training encodes with, and what the context check found: training
+    sequences (prompt bound + target bound) checked against the model's context before anything
+    is loaded; refused (``dataset.on_long_context: error``) or the prompt bound lowered to fit
+    (``truncate``). See :mod:`skipdecode.core.context`."""
+    task = get_task(dataset_cfg["name"])
+    max_source = int(dataset_cfg.get("max_source_tokens") or task.max_source_tokens)
+    max_target = int(dataset_cfg.get("max_target_tokens") or task.max_target_tokens)
+    limit = config_context_limit(model_cfg)
+    demand = training_demand(max_source, max_target)
+    rule = dataset_cfg.get("on_long_context")
+    fitted = check_context([demand], limit, str(model_cfg.get("name")), rule)[demand.use]
+    context = {
+        "positions": limit.positions,
+        "source": limit.source,
+        "rule": rule or "error",
+        "longest_sequence": demand.length,
+        "max_source_tokens": fitted,
+    }
+    return {**dataset_cfg, "max_source_tokens": fitted}, context
+
+
+def check_cell_context(c: Mapping[str, Any]) -> None:
+    """Both stages' longest sequences (training: prompt + target; evaluation: prompt + new
+    tokens) against the model's context, read from its config: a cell that would exceed it is
+    refused before it trains, with every setting named (:mod:`skipdecode.core.context`)."""
+    data = dataset_settings(dict(c.get("dataset") or {}))
+    task = get_task(data["name"])
+    max_source = int(data.get("max_source_tokens") or task.max_source_tokens)
+    max_target = int(data.get("max_target_tokens") or task.max_target_tokens)
+    generation = (c.get("eval") or {}).get("generation") or {}
+    max_new = int(generation.get("max_new_tokens") or task.max_target_tokens)
+    model = dict(c.get("model") or {})
+    check_context(
+        [training_demand(max_source, max_target), evaluation_demand(max_source, max_new)],
+        config_context_limit(model),
+        str(model.get("name")),
+        data.get("on_long_context"),
+    )
+
+
 def _run_info(
     cfg: DictConfig,
     module: SkipDecodeLitModule,
     datamodule: SkipDataModule,
     tokenizer: Any,
     memory: dict[str, Any],
+    context: dict[str, Any],
 ) -> dict[str, Any]:
     """What a run records of itself before it trains (``run_info.json``)."""
     static = module.schedule.static()
@@ -138,6 +188,7 @@ def _run_info(
         if static is not None
         else None,
         "truncation": datamodule.truncation_summary(),
+        "context": context,
         "num_train_examples": len(datamodule.train_set or []),
         "num_val_examples": len(datamodule.val_set or []),
         "num_parameters": sum(p.numel() for p in module.model.parameters()),
@@ -209,12 +260,13 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
 
     model_cfg = _container(cfg.model)
     dataset_cfg = dataset_settings(_container(cfg.dataset))
+    encoded_cfg, context = fit_to_context(model_cfg, dataset_cfg)  # before anything is loaded
     train_examples = load_examples(dataset_cfg, "train")
     tokenizer = build_tokenizer(
         model_cfg, dataset_cfg, train_examples, Path(str(cfg.paths.cache_dir))
     )
     datamodule = SkipDataModule(
-        dataset_cfg, tokenizer, train_examples=train_examples, **_container(cfg.loader)
+        encoded_cfg, tokenizer, train_examples=train_examples, **_container(cfg.loader)
     ).prepare()
     memory = _memory_plan(cfg, datamodule, tokenizer)  # before any weight is loaded
 
@@ -230,7 +282,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         validation_lengths=datamodule.validation_lengths,
     )
     schedule_desc = module.schedule.describe()
-    run_info = _run_info(cfg, module, datamodule, tokenizer, memory)
+    run_info = _run_info(cfg, module, datamodule, tokenizer, memory, context)
     log.info(
         "resolved schedule %s (expected length %s, theoretical speedup %.2fx)",
         schedule_desc,

@@ -51,6 +51,9 @@ _LATER_SCHEDULE_DEFAULTS: dict[str, tuple[Any, ...]] = {"lengths": ("median", No
 #: false: the datamodule shares the data between devices itself (training.resumable.RankShare);
 #: every published cell trained on one device, where it changes nothing.
 _LATER_TRAINER_DEFAULTS: dict[str, tuple[Any, ...]] = {"use_distributed_sampler": (False,)}
+#: Dataset settings added after cells were published, likewise (``on_long_context: error``
+#: refuses what would not fit, so it trains nothing another way).
+_LATER_DATASET_DEFAULTS: dict[str, tuple[Any, ...]] = {"on_long_context": ("error", None)}
 
 
 def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -59,6 +62,7 @@ def cell_identity(cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     for group, later in (
         ("schedule", _LATER_SCHEDULE_DEFAULTS),
         ("trainer", _LATER_TRAINER_DEFAULTS),
+        ("dataset", _LATER_DATASET_DEFAULTS),
     ):
         node = ident.get(group)
         if isinstance(node, Mapping):

@@ -37,7 +37,7 @@ from ...locks import claim_dir
 from ...models.loading import model_sizes
 from ...schedules import method_label
 from ...training.export import export_checkpoint
-from ...training.train import train
+from ...training.train import check_cell_context, train
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity, eval_identity
@@ -170,6 +170,7 @@ def _evaluate(
             "hub_name": dataset.get("hub_name"),
             "seed": dataset.get("seed"),
             "max_source_tokens": dataset.get("max_source_tokens"),
+            "on_long_context": dataset.get("on_long_context"),
             "options": dict(dataset.get("options") or {}),
         },
         "schedule": None,  # the schedule the cell was trained with (from skipdecode.json)
@@ -196,6 +197,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
     begin_cell()
     try:
         c = _resolved_without_paths_output(cfg)
+        check_cell_context(c)  # training's and evaluation's lengths, before anything is written
         cell_id, ident = cell_identity(c)
         labels = _labels(c)
         sw = c.get("sweep") or {}
