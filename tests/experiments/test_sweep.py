@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from exports import compose, make_fake_sweep
+from exports import SHRINK, compose, make_fake_sweep
 from offline_env import offline_env
 from processes import kill_group_when
 from wandb_offline import read_offline_run
@@ -25,32 +25,6 @@ from skipdecode.experiments.sweeps.sweep import planned_jobs
 from skipdecode.experiments.sweeps.table import collect
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# The tiny model and data shrunk so that one cell trains and evaluates in seconds.
-SHRINK = [
-    "model=tiny",
-    "dataset=synthetic",
-    "trainer=cpu",
-    "logger=csv",
-    "eval=fast",
-    "model.arch.hidden_size=32",
-    "model.arch.word_embed_proj_dim=32",
-    "model.arch.ffn_dim=64",
-    "model.tokenizer.vocab_size=300",
-    "dataset.options.num_train=40",
-    "dataset.options.num_validation=4",
-    "dataset.options.num_test=6",
-    "loader.batch_size=4",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=2",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "module.validate_full=false",
-    "eval.limit=4",
-    "eval.generation.batch_size=2",
-    "eval.generation.max_new_tokens=8",
-]
 
 
 def _env() -> dict[str, str]:

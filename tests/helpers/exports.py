@@ -13,6 +13,32 @@ from skipdecode.data import get_task, load_split, train_bpe_tokenizer
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 SYNTH = {"num_train": 60, "num_validation": 5, "num_test": 12}
 
+# The tiny model and data shrunk so that one cell trains and evaluates in seconds.
+SHRINK = [
+    "model=tiny",
+    "dataset=synthetic",
+    "trainer=cpu",
+    "logger=csv",
+    "eval=fast",
+    "model.arch.hidden_size=32",
+    "model.arch.word_embed_proj_dim=32",
+    "model.arch.ffn_dim=64",
+    "model.tokenizer.vocab_size=300",
+    "dataset.options.num_train=40",
+    "dataset.options.num_validation=4",
+    "dataset.options.num_test=6",
+    "loader.batch_size=4",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "module.validate_full=false",
+    "eval.limit=4",
+    "eval.generation.batch_size=2",
+    "eval.generation.max_new_tokens=8",
+]
+
 
 def make_exported_dir(
     out: Path, num_layers: int = 4, schedule: dict | None = None, seed: int = 0, width: int = 32

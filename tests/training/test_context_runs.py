@@ -119,3 +119,15 @@ def test_evaluation_is_refused_before_decoding_or_cuts_prompts_to_fit(tmp_path):
     assert record["dataset"]["truncated_sources"] == 2
     saved = OmegaConf.to_container(OmegaConf.create(record["config"]))
     assert saved["dataset"]["on_long_context"] == "truncate"
+
+
+def test_the_default_rule_keeps_published_cell_ids():
+    from skipdecode.experiments.sweeps.identity import cell_identity
+
+    c = {"dataset": {"name": "scitldr", "max_source_tokens": 512}, "seed": 1}
+    published, _ = cell_identity(c)
+    assert cell_identity({**c, "dataset": {**c["dataset"], "on_long_context": "error"}})[0] == (
+        published
+    )
+    cut = {**c, "dataset": {**c["dataset"], "on_long_context": "truncate"}}
+    assert cell_identity(cut)[0] != published

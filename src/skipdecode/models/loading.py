@@ -128,6 +128,18 @@ def _dtype(cfg: Mapping) -> torch.dtype:
     return _DTYPES[name]
 
 
+def _arch(cfg: Mapping) -> tuple[str, dict[str, Any]]:
+    """``model.arch`` of a model built from its config: its model type (checked) and the rest."""
+    arch = dict(cfg.get("arch") or {})
+    model_type = arch.pop("model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ModelConfigError(
+            f"model.arch.model_type={model_type!r} is not supported; choose one of "
+            f"{SUPPORTED_MODEL_TYPES}"
+        )
+    return str(model_type), arch
+
+
 def build_model(cfg: Mapping, tokenizer: PreTrainedTokenizerBase | None = None) -> nn.Module:
     """A ``*ForCausalLM`` per ``cfg`` (the ``model`` config group), in train mode.
 
@@ -138,13 +150,7 @@ def build_model(cfg: Mapping, tokenizer: PreTrainedTokenizerBase | None = None) 
     if source in ("scratch", "random"):
         if tokenizer is None:
             raise ModelConfigError(f"model.source={source} needs the trained tokenizer")
-        arch = dict(cfg.get("arch") or {})
-        model_type = arch.pop("model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ModelConfigError(
-                f"model.arch.model_type={model_type!r} is not supported; choose one of "
-                f"{SUPPORTED_MODEL_TYPES}"
-            )
+        model_type, arch = _arch(cfg)
         declared = cfg.get("num_layers")
         if declared is not None and int(arch.get("num_hidden_layers", declared)) != int(declared):
             raise ModelConfigError(
@@ -286,13 +292,7 @@ def config_context_limit(cfg: Mapping) -> ContextLimit:
     config alone: ``model.arch`` for a model built from a config, else the ``config.json`` its
     weights come with (a hub model: from the hub or its cache). No weight is loaded."""
     if needs_trained_tokenizer(cfg):
-        arch = dict(cfg.get("arch") or {})
-        model_type = arch.pop("model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ModelConfigError(
-                f"model.arch.model_type={model_type!r} is not supported; choose one of "
-                f"{SUPPORTED_MODEL_TYPES}"
-            )
+        model_type, arch = _arch(cfg)
         return context_limit(AutoConfig.for_model(model_type, **arch))
     path = pretrained_path(cfg)
     try:

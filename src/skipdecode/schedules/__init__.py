@@ -2,16 +2,25 @@
 
 ``base`` (the interfaces: any schedule, and position-only static ones), ``layout`` (SkipDecode's warm-up + top layout, its linear decay and the target-speedup rule),
 ``baselines`` (full, early exit, unified skipping, power law), ``adaptive`` (adaptive monotone
-SkipDecode), ``calm`` (CALM), ``speculative`` (lossless: a skip plan drafts, all layers verify) and ``registry`` (``build_schedule`` by name). Importing the package
+SkipDecode), ``calm`` (CALM), ``speculative`` (lossless: a skip plan drafts, all layers verify), ``randomized``
+(budget-randomized fine-tuning: a plan drawn per batch, one model for every speedup) and ``registry`` (``build_schedule`` by name). Importing the package
 registers every built-in schedule; a new one is a module here plus a line below.
 """
 
-from . import adaptive, baselines, calm, layout, speculative  # noqa: F401  (registers the builders)
+from . import (  # noqa: F401  (registers the builders)
+    adaptive,
+    baselines,
+    calm,
+    layout,
+    randomized,
+    speculative,
+)
 from .adaptive import AdaptiveSchedule
 from .base import Schedule, ScheduleError, ScheduleRun, StaticSchedule, position_layer_mask
 from .baselines import EarlyExitSchedule, FullSchedule, PowerLawSchedule, UnifiedSkipSchedule
 from .calm import CALMSchedule
 from .layout import BudgetSchedule, LinearSchedule, linear_for_speedup
+from .randomized import RandomizedSchedule
 from .registry import build_schedule, method_label, register, schedule_names
 from .speculative import SpeculativeSchedule
 
@@ -23,6 +32,7 @@ __all__ = [
     "FullSchedule",
     "LinearSchedule",
     "PowerLawSchedule",
+    "RandomizedSchedule",
     "Schedule",
     "ScheduleError",
     "ScheduleRun",

@@ -204,6 +204,9 @@ class SkipDecodeLitModule(pl.LightningModule):
             int(self.global_step) * 7919 + int(self.current_epoch)
         )
         loss_sum, ntok = self._run(self.schedule.loss_sums, self.decoder, batch, generator)
+        draw = getattr(self.schedule, "last_draw", None)  # budget-randomized: the plan drawn
+        if draw is not None:
+            self.log("train/draw", float(draw), on_step=True, on_epoch=False, batch_size=1)
         world = self.trainer.world_size if self._trainer is not None else 1
         if world > 1:  # the mean over the global batch's tokens: devices average gradients
             ntok = (

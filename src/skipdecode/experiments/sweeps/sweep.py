@@ -35,56 +35,17 @@ from ...evaluation.record import RECORD_FILE
 from ...io import read_json_or_none, write_json_atomic
 from ...locks import claim_dir
 from ...models.loading import model_sizes
-from ...schedules import method_label
 from ...training.export import export_checkpoint
 from ...training.train import check_cell_context, train
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
-from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity, eval_identity
+from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity
+from .labels import cell_labels, eval_id, eval_schedule
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 log = logging.getLogger(__name__)
 
 __all__ = ["run_cell", "AggregateCallback", "main"]
-
-
-def _choices() -> dict[str, str]:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return dict(HydraConfig.get().runtime.choices)
-    except Exception:  # not inside a Hydra run
-        return {}
-
-
-def _labels(c: Mapping[str, Any]) -> dict[str, Any]:
-    sched = c.get("schedule") or {}
-    choices = _choices()
-    target = sched.get("target_speedup")
-    if target is None and isinstance(sched.get("draft"), Mapping):  # speculative: its draft's
-        target = sched["draft"].get("target_speedup")
-    if target is None and sched.get("name") == "full":
-        target = 1
-    return {
-        "model": (c.get("model") or {}).get("name") or choices.get("model"),
-        "dataset": (c.get("dataset") or {}).get("name") or choices.get("dataset"),
-        "schedule": choices.get("schedule") or sched.get("name"),
-        "target_speedup": float(target) if target is not None else None,
-        "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched),
-        "seed": c.get("seed"),
-    }
-
-
-def _method_label(configured: str | None, sched: Mapping[str, Any]) -> str:
-    """The plot's line label: ``sweep.method``, or with ``auto`` the schedule's method (a
-    speculative schedule trained by another recipe than ``joint`` says which)."""
-    if configured and configured != "auto":
-        return str(configured)
-    schedule_name = sched.get("name")
-    recipe = sched.get("recipe")
-    if schedule_name == "speculative" and recipe not in (None, "joint"):
-        return f"{method_label(schedule_name)} ({recipe}-trained)"
-    return method_label(schedule_name)
 
 
 def _train_cfg(cfg: DictConfig, train_dir: Path) -> DictConfig:
@@ -149,7 +110,7 @@ def _evaluate(
 ) -> tuple[Path, bool]:
     """Evaluate the exported model (or reuse an identical evaluation); returns the record path."""
     ev = dict(c["eval"])
-    eval_dir = cell_dir / f"eval-{eval_identity(ev, c.get('schedule'))}"
+    eval_dir = cell_dir / f"eval-{eval_id(c)}"
     record = eval_dir / RECORD_FILE
     if reuse and read_json_or_none(record):
         log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
@@ -173,7 +134,8 @@ def _evaluate(
             "on_long_context": dataset.get("on_long_context"),
             "options": dict(dataset.get("options") or {}),
         },
-        "schedule": None,  # the schedule the cell was trained with (from skipdecode.json)
+        # null: the schedule the cell was trained with (from skipdecode.json)
+        "schedule": eval_schedule(c),
         "eval": ev,
         "seed": c.get("seed", 0),
         "output_dir": str(eval_dir),
@@ -199,11 +161,12 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         c = _resolved_without_paths_output(cfg)
         check_cell_context(c)  # training's and evaluation's lengths, before anything is written
         cell_id, ident = cell_identity(c)
-        labels = _labels(c)
+        labels = cell_labels(c)
         sw = c.get("sweep") or {}
         cells_dir = Path(sw["cells_dir"])
         cell_dir = (
-            cells_dir / f"{labels['model']}__{labels['dataset']}__{labels['schedule']}__{cell_id}"
+            cells_dir
+            / f"{labels['model']}__{labels['dataset']}__{labels['trained_schedule']}__{cell_id}"
         )
         cell.update(labels, cell_id=cell_id, cell_dir=str(cell_dir))
         write_json_atomic(job_dir / CELL_FILE, cell)
@@ -214,8 +177,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
             write_json_atomic(cell_dir / IDENTITY_FILE, {**ident, SIZES_KEY: _sizes(c)})
             resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
-            ev_id = eval_identity(dict(c["eval"]), c.get("schedule"))
-            record = cell_dir / f"eval-{ev_id}" / RECORD_FILE
+            record = cell_dir / f"eval-{eval_id(c)}" / RECORD_FILE
             if reuse and read_json_or_none(record):
                 # evaluated before, or restored from published results: the record is the cell
                 log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
