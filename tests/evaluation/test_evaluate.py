@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -114,6 +115,34 @@ def test_speed_record_of_a_skip_schedule(tmp_path):
     )
     assert 1.0 <= check["ideal_speedup_decode"] <= 4.0  # outside-layer work only lowers it
     assert record["generation"]["repeats"] == 3
+    _speedups_recompute_from_the_raw_timings(record)
+    load = speed["load"]
+    assert load["measured"] and 0 <= load["other_share"] <= 1 and 0 < load["own_share"] <= 1
+    prompts = record["dataset"]["prompt_tokens"]
+    assert prompts["min"] <= prompts["mean"] <= prompts["max"] <= 96
+
+
+def _speedups_recompute_from_the_raw_timings(record: dict) -> None:
+    """The record's speedups are arithmetic on its raw per-batch, per-round seconds."""
+    speed = record["speed"]
+    batches = speed["raw"]["batches"]
+    timed = [b for b in batches if b["timed"]]
+    assert timed and all(len(b["decode"]) == len(b["base_decode"]) == 3 for b in timed)
+    assert sum(b["rows"][0] for b in batches) == record["dataset"]["num_inputs"]
+
+    def total(key: str) -> float:
+        return sum(statistics.median(b[key]) for b in timed)
+
+    assert speed["measured_speedup_decode"] == total("base_decode") / total("decode")
+    assert speed["measured_speedup_e2e"] == (total("base_decode") + total("base_prefill")) / (
+        total("decode") + total("prefill")
+    )
+    per_repeat = [
+        sum(b["base_decode"][r] for b in timed) / sum(b["decode"][r] for b in timed)
+        for r in range(3)
+    ]
+    assert speed["timing"]["measured_speedup_decode_per_repeat"] == per_repeat
+    assert sum(b["passes"][0] for b in batches) == speed["decode_steps"]
 
 
 def test_timed_batches_time_a_spread_subset(tmp_path):

@@ -32,7 +32,7 @@ from ..data.datasets import get_task, median_target_length
 from ..io import write_json_atomic, write_jsonl_atomic
 from ..progress import progress_setting
 from ..schedules import FullSchedule, Schedule
-from .generation import GenerationRun, generate_all, speed_record
+from .generation import GenerationRun, generate_all
 from .inputs import (
     DATASET_KEYS,
     EvaluationError,
@@ -45,9 +45,11 @@ from .inputs import (
     fit_prompts,
     load_examples,
     load_model,
+    prompt_token_counts,
     resolve_schedule,
     validation_lengths,
 )
+from .load import CpuLoad
 from .metrics import compute_all
 from .metrics.outputs import output_statistics
 from .record import (
@@ -62,6 +64,7 @@ from .record import (
     per_input_scores,
     summarize,
 )
+from .speed import speed_record
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +246,11 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     warmup = int(speed_cfg.get("warmup_batches", 1))
     repeats = int(speed_cfg.get("repeats", 1)) if base_schedule is not None else 1
     timed = speed_cfg.get("timed_batches")
-    run = generate_all(
-        s.decoder, batches, prompt_ids, s.schedule, base_schedule, gen, seed, warmup, repeats, timed
-    )
+    with CpuLoad() as load:  # whether anything else shared the machine while timing
+        run = generate_all(
+            s.decoder, batches, prompt_ids, s.schedule, base_schedule, gen, seed, warmup, repeats,
+            timed,
+        )  # fmt: skip
     gen_wall = time.perf_counter() - t0
     references = [list(ex.references) for ex in s.examples]
 
@@ -253,7 +258,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     quality = compute_all(run.texts, references, s.metric_settings, prefix="eval.metrics")
     per_input = per_input_scores(quality)
     metric_wall = time.perf_counter() - t1
-    speed = speed_record(run, baseline)
+    speed = {**speed_record(run, baseline), "load": load.result}
 
     rows = _rows(s, run, per_input)
     bleu_settings = (quality.get("bleu") or {}).get("settings") or {}
@@ -276,6 +281,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             "num_references": sum(len(r) for r in references),
             "max_source_tokens": max_source,
             "truncated_sources": truncated,
+            "prompt_tokens": prompt_token_counts(prompt_ids),
             "context": s.context,
             "limit": ev.get("limit"),
         },

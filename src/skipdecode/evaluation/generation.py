@@ -1,53 +1,21 @@
-"""Generation over a split and its timing against the ``full`` schedule.
+"""Generation over a split, and its timing against the ``full`` schedule.
 
-Speed definitions. With ``eval.speed.baseline: full`` every batch is, right after its
-generation, decoded again with the ``full`` schedule on the same model, batch, cache and loop,
-for exactly as many decode steps as the evaluated schedule ran (EOS stop off), so the two runs do
-the same work apart from the layers skipped:
-
-* ``layers_per_token`` and ``theoretical_speedup = L / layers_per_token`` (the paper's
-  speedup): a generated token costs the layers of the decode pass that produced it (token 0
-  comes from the prefill and is prompt work); averaged over every (decode pass, live row), so
-  each token's own depth counts (CALM's exit depth) and finished rows do not.
-* ``batch_speedup``: ``L / mean layers the batch ran per decode pass``, unweighted by live
-  rows. A pass costs the same however many rows are still live (finished rows still occupy the
-  batch), so this, not the theoretical speedup, is what measured wall-clock is compared with.
-  The two differ whenever budgets change while rows finish: for static schedules whose budget
-  shrinks, later passes (small budgets) have fewer live rows, so the per-token figure is lower;
-  for CALM in a batch the pass waits for its slowest token, so the batch figure is lower.
-* ``measured_speedup_decode``: full decode seconds / evaluated decode seconds (decode loop only),
-  each the sum over batches of the per-batch median over ``eval.speed.repeats`` interleaved rounds;
-  ``timing`` holds every round's ratio and their spread. ``eval.speed.timed_batches: N`` times
-  only N batches, evenly spaced over the length-sorted split (the rest decode once, for quality).
-* ``consistency``: measured decode speedup / batch speedup, and the speedup a step's cost split
-  predicts (``core.costs``), with ``efficiency`` = measured / predicted.
-* ``measured_speedup_e2e``: the same with prefill included (prefill runs every layer in both, so
-  this is lower than the decode ratio; it is the end-to-end latency ratio per batch).
-* ``long_prompts``: where prompts are long the prefill eats the decode speedup. Over the timed
-  batches: ``prefill_share`` (prefill / (prefill + decode) seconds) of the schedule and of the
-  baseline, and ``predicted_speedup_e2e``, the end-to-end speedup the layer counts predict: the
-  baseline's own prefill and decode seconds, its decode shrunk by the layers the schedule ran
-  (``predicted_speedup_decode``: L x passes / layers run, over the same batches), i.e.
-  ``(P + D) / (P + D / predicted_speedup_decode)``. Not for speculative schedules (wider passes).
-* ``tokens_per_second``: generated tokens (EOS included) / (prefill + decode) seconds of the
-  evaluated schedule; ``mean_generated_length``: tokens per input.
-* Speculative schedules (lossless): ``layers_per_token`` counts every draft and verify pass's
-  layers per row over the tokens they produced (weight reads per token); ``decode_steps`` is the
-  token steps the full model needs for the same output, ``passes`` the passes it took;
-  ``speculation`` holds acceptance (accepted / drafted), tokens per verify pass and the counts.
-  No ``consistency`` entry: its one-token cost model does not describe wider verify passes.
+With ``eval.speed.baseline: full`` every batch is, right after its generation, decoded again with
+the ``full`` schedule on the same model, batch, cache and loop, for exactly as many decode steps
+as the evaluated schedule ran (EOS stop off), so the two runs do the same work apart from the
+layers skipped; ``eval.speed.repeats`` interleaved rounds per timed batch. What the speed figures
+are and how they are computed from these timings: :mod:`.speed`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.costs import ideal_speedup, step_cost_split
+from ..core.costs import step_cost_split
 from ..core.engine import SkipDecoder
 from ..core.prompts import special_ids
 from ..core.stats import GenerationOutput, GenerationStats, SpeculationCounts
@@ -57,14 +25,7 @@ from ..schedules import Schedule
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "SpeedTotals",
-    "GenerationRun",
-    "generate_all",
-    "speed_record",
-    "ratio",
-    "timed_batch_indices",
-]
+__all__ = ["SpeedTotals", "GenerationRun", "generate_all", "timed_batch_indices"]
 
 
 @dataclass
@@ -127,10 +88,6 @@ class SpeedTotals:
             "compiled": self.compiled,
             "compile_seconds_outside_decode": self.compile_s,
         }
-
-
-def ratio(a: float, b: float) -> float | None:
-    return a / b if b and b > 0 and not math.isnan(a) and not math.isnan(b) else None
 
 
 @dataclass
@@ -245,6 +202,10 @@ def _decode_batch(
     first, its passes and layers; its outputs and layer accounting go into ``run``."""
     keys = ("decode", "prefill", "base_decode", "base_prefill")
     times: dict[str, list[float]] = {key: [] for key in keys}
+    # what the batch is: its rows, its prompt tokens (padding left out) and its padded width
+    times["rows"] = [float(len(index))]
+    times["prompt_tokens"] = [float(mask.sum())]
+    times["width"] = [float(ids.shape[1])]
     steps = None
     for r in range(run.repeats if timed else 1):
         order = ("schedule", "baseline") if r % 2 == 0 else ("baseline", "schedule")
@@ -290,110 +251,3 @@ def timed_batch_indices(num_batches: int, timed_batches: int | None) -> set[int]
     if n == 1:
         return {0}
     return {round(i * (num_batches - 1) / (n - 1)) for i in range(n)}
-
-
-def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
-    """Speed section of the record (definitions in the module docstring)."""
-    main, base = run.main, run.base
-    speed: dict[str, Any] = dict(main.summary())
-    speed.update(baseline=None, measured_speedup_decode=None, measured_speedup_e2e=None)
-    if baseline == "self":  # the evaluated schedule is the baseline: ratios are 1 by definition
-        speed.update(
-            baseline={"schedule": "self"}, measured_speedup_decode=1.0, measured_speedup_e2e=1.0
-        )
-        share = ratio(main.prefill_s, main.prefill_s + main.decode_s)
-        speed["long_prompts"] = {
-            "prefill_share": share,
-            "prefill_share_baseline": share,
-            "predicted_speedup_decode": 1.0,
-            "predicted_speedup_e2e": 1.0,
-        }
-        return speed
-    if base is None:
-        return speed
-    ref = base.summary()
-    for key in ("layers_per_token", "theoretical_speedup", "mean_generated_length"):
-        ref.pop(key, None)  # the baseline decodes a fixed number of steps; these mean nothing
-    speed["baseline"] = {"schedule": baseline, "mode": "same batches, same decode steps", **ref}
-    timed = [t for t in run.times if t["base_decode"]]  # batches timed against the baseline
-
-    def median_sum(key: str) -> float:
-        return sum(statistics.median(t[key]) for t in timed)
-
-    decode, base_decode = median_sum("decode"), median_sum("base_decode")
-    speed["measured_speedup_decode"] = ratio(base_decode, decode)
-    speed["measured_speedup_e2e"] = ratio(
-        base_decode + median_sum("base_prefill"), decode + median_sum("prefill")
-    )
-    per_repeat = [
-        ratio(sum(t["base_decode"][r] for t in timed), sum(t["decode"][r] for t in timed))
-        for r in range(run.repeats)
-    ]
-    speed["timing"] = {
-        "timed_batches": len(timed),
-        "batches": len(run.times),
-        "repeats": run.repeats,
-        "order": "interleaved per batch: (schedule, full), (full, schedule), ...",
-        "aggregation": "per-batch median over repeats, summed over batches",
-        "measured_speedup_decode_per_repeat": per_repeat,
-        "measured_speedup_decode_spread": [min(per_repeat), max(per_repeat)]
-        if all(x is not None for x in per_repeat)
-        else None,
-    }
-    speed["consistency"] = _consistency(run, speed)
-    speed["long_prompts"] = _long_prompts(run, timed)
-    return speed
-
-
-def _long_prompts(run: GenerationRun, timed: list[dict[str, list[float]]]) -> dict[str, Any]:
-    """Prefill shares and the layer counts' end-to-end prediction (module doc)."""
-
-    def total(key: str) -> float:
-        return sum(statistics.median(t[key]) for t in timed)
-
-    prefill, decode = total("prefill"), total("decode")
-    base_prefill, base_decode = total("base_prefill"), total("base_decode")
-    out: dict[str, Any] = {
-        "prefill_share": ratio(prefill, prefill + decode),
-        "prefill_share_baseline": ratio(base_prefill, base_prefill + base_decode),
-        "predicted_speedup_decode": None,
-        "predicted_speedup_e2e": None,
-    }
-    layers = sum(t["layers"][0] for t in timed if t.get("layers"))
-    passes = sum(t["passes"][0] for t in timed if t.get("passes"))
-    if run.main.speculation is None and layers > 0 and passes > 0:
-        predicted = run.main.num_layers * passes / layers
-        out["predicted_speedup_decode"] = predicted
-        out["predicted_speedup_e2e"] = ratio(
-            base_prefill + base_decode, base_prefill + base_decode / predicted
-        )
-    return out
-
-
-def _consistency(run: GenerationRun, speed: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Measured decode speedup against what the layers the batch ran predict.
-
-    ``measured_over_batch`` = measured decode speedup / batch speedup (1.0 if time were
-    proportional to layers run); ``ideal_speedup_decode`` is what the cost split of a step on
-    the first batch predicts once the work outside the layers is counted (as the benchmark
-    does); ``efficiency`` = measured / ideal.
-    """
-    measured, batch = speed.get("measured_speedup_decode"), speed.get("batch_speedup")
-    if measured is None or not batch or run.cost_split is None or run.base is None:
-        return None
-    if run.main.speculation is not None:  # more passes than token steps; verify passes are wider
-        return None
-    first = run.times[0]
-    passes = first.get("passes", [0.0])[0]
-    if not passes or not first["base_decode"]:
-        return None
-    full_step = statistics.median(first["base_decode"]) / passes
-    layers_run = run.main.num_layers / batch
-    ideal = ideal_speedup(full_step, run.cost_split["non_layer_s"], run.main.num_layers, layers_run)
-    return {
-        "measured_over_batch": measured / batch,
-        "ideal_speedup_decode": ideal,
-        "efficiency": measured / ideal,
-        "full_step_ms_first_batch": 1000 * full_step,
-        "non_layer_ms_first_batch": 1000 * run.cost_split["non_layer_s"],
-    }

@@ -38,6 +38,7 @@ __all__ = [
     "validation_lengths",
     "batch_order",
     "fit_prompts",
+    "prompt_token_counts",
     "DATASET_KEYS",
 ]
 
@@ -254,6 +255,12 @@ def encode_prompts(
         out.append(list(ids))
         cut += int(truncated)
     return out, cut
+
+
+def prompt_token_counts(prompts: Sequence[Sequence[int]]) -> dict[str, float]:
+    """Prompt lengths in tokens (BOS and template included) over the evaluated inputs."""
+    lengths = [len(p) for p in prompts]
+    return {"mean": sum(lengths) / len(lengths), "max": max(lengths), "min": min(lengths)}
 
 
 def fit_prompts(
