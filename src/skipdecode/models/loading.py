@@ -41,6 +41,7 @@ __all__ = [
     "EXPORT_META_FILE",
     "model_sizes",
     "config_context_limit",
+    "described_model",
 ]
 
 log = logging.getLogger(__name__)
@@ -285,6 +286,21 @@ def model_sizes(cfg: Mapping) -> dict[str, Any] | None:
                     count += math.prod(f.get_slice(name).get_shape())
         sizes["num_parameters"] = count
     return sizes
+
+
+def described_model(cfg: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:
+    """The ``model`` config as a record keeps it, describing the model that ran: its sizes read
+    from the model itself (``ran``: the config's :data:`SIZE_KEYS` and the parameter count); for a
+    model whose weights come from elsewhere (hub, local, asset) the group's ``arch`` and
+    ``tokenizer``, which only a model built with random weights uses, are left out."""
+    out = dict(cfg)
+    if not needs_trained_tokenizer(out):
+        out.pop("arch", None)
+        out.pop("tokenizer", None)
+    config = model.config.to_dict()
+    ran = {k: config[k] for k in SIZE_KEYS if config.get(k) is not None}
+    out["ran"] = {**ran, "num_parameters": sum(p.numel() for p in model.parameters())}
+    return out
 
 
 def config_context_limit(cfg: Mapping) -> ContextLimit:

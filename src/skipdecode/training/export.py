@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..models.loading import EXPORT_META_FILE
+from ..models.loading import EXPORT_META_FILE, described_model
 from .module import CKPT_KEY, SkipDecodeLitModule
 
 __all__ = ["load_module", "export_checkpoint", "EXPORT_FORMAT_VERSION"]
@@ -81,7 +81,7 @@ def export_checkpoint(
             "schedule_config": info.get("schedule_config"),
             "expected_length": info.get("expected_length"),
             "dataset": info.get("dataset"),
-            "model": info.get("model"),
+            "model": described_model(info.get("model") or {}, model),
             "num_layers": module.decoder.num_layers,
             "global_step": checkpoint.get("global_step", info.get("global_step")),
             "checkpoint": str(ckpt_path.resolve()),
