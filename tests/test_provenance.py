@@ -33,7 +33,7 @@ def test_provenance_fields():
         assert name in prov["packages"]
     assert prov["packages"]["torch"] == torch.__version__
     assert prov["python"]["version"] == platform.python_version()
-    extra = {"diff", "diff_sha256"} if prov["git"]["dirty"] else set()
+    extra = {"diff", "diff_sha256", "diff_scope", "new_files"} if prov["git"]["dirty"] else set()
     assert set(prov["git"]) == {"commit", "dirty", "branch", "root"} | extra
     dev = prov["device"]
     assert dev["torch_threads"] == torch.get_num_threads()
@@ -66,6 +66,38 @@ def test_provenance_git_commit_and_dirty(tmp_path):
     assert info["dirty"] is False
     (tmp_path / "f.txt").write_text("2")
     assert provenance(tmp_path / "f.txt")["git"]["dirty"] is True  # a file inside the repo works
+
+
+def test_a_kept_diff_recreates_changed_and_new_code_files(tmp_path):
+    """A new module the run imported is in the diff: applied to the commit in a fresh clone, the
+    diff gives back the tree the run had (a stray file outside the code folders is not kept)."""
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+    repo, clone = tmp_path / "repo", tmp_path / "clone"
+    repo.mkdir()
+
+    def git(*args, cwd=repo):
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=cwd, env=env, check=True, capture_output=True, text=True,
+        )  # fmt: skip
+
+    git("init", "-q")
+    (repo / "src").mkdir()
+    (repo / "src" / "a.py").write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "init")
+    (repo / "src" / "a.py").write_text("x = 2\nfrom b import y\n")
+    (repo / "src" / "b.py").write_text("y = 3\n")
+    (repo / "notes.txt").write_text("not code\n")
+    info = provenance(repo)["git"]
+    assert info["dirty"] is True and info["new_files"] == ["src/b.py"]
+    assert info["diff_scope"].startswith("tracked files and new files")
+    git("clone", "-q", str(repo), str(clone), cwd=tmp_path)
+    (clone / "run.diff").write_text(info["diff"] + "\n")
+    git("apply", "run.diff", cwd=clone)
+    for name in ("src/a.py", "src/b.py"):
+        assert (clone / name).read_text() == (repo / name).read_text()
+    assert not (clone / "notes.txt").exists()
 
 
 def test_provenance_outside_git(tmp_path):

@@ -91,17 +91,47 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     if root is None:
         return {"commit": None, "dirty": None, "branch": None, "root": None}
     status = _git(["status", "--porcelain", "--untracked-files=no"], Path(root))
+    new = new_code_files(Path(root))
     info = {
         "commit": _git(["rev-parse", "HEAD"], Path(root)),
-        "dirty": None if status is None else bool(status),
+        "dirty": None if status is None else bool(status) or bool(new),
         "branch": _git(["symbolic-ref", "--short", "-q", "HEAD"], Path(root)),
         "root": root,
     }
-    if info["dirty"]:  # what the run had on top of the commit (tracked files)
-        diff = _git(["diff", "HEAD"], Path(root)) or ""
+    if info["dirty"]:  # what the run had on top of the commit: changed and new files
+        parts = [_git(["diff", "HEAD"], Path(root)) or ""]
+        parts += [_new_file_diff(Path(root), name) for name in new]
+        diff = "\n".join(p for p in parts if p)  # as before for tracked changes alone
         info["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
         info["diff"] = diff if len(diff) <= MAX_DIFF_CHARS else None  # too large: hash only
+        info["diff_scope"] = DIFF_SCOPE
+        info["new_files"] = new
     return info
+
+
+#: What a kept diff covers (records before this field kept the tracked files' changes only, so a
+#: file the run added is missing from their diff).
+DIFF_SCOPE = "tracked files and new files under the code folders"
+#: The folders whose new (untracked, not ignored) files can change what runs.
+CODE_FOLDERS = ("src", "conf", "scripts", "studies")
+
+
+def new_code_files(root: Path) -> list[str]:
+    """Untracked, not ignored files under :data:`CODE_FOLDERS` of the checkout at ``root``."""
+    listed = _git(["ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS], root)
+    return sorted(line for line in (listed or "").splitlines() if line)
+
+
+def _new_file_diff(root: Path, name: str) -> str:
+    """A new file as a ``git diff`` adds it (``git apply`` recreates it)."""
+    try:
+        res = subprocess.run(
+            ["git", "diff", "--no-index", "--", "/dev/null", name],
+            cwd=root, capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return res.stdout.strip() if res.returncode in (0, 1) else ""
 
 
 def _checkout_of(here: Path) -> Path:

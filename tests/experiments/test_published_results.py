@@ -345,6 +345,30 @@ def test_the_page_of_a_record_without_its_diff_is_marked_once(tmp_path):
         assert (tmp_path / f"{name}.md").read_text() == "| a |\n|---|\n| 1 |\n"
 
 
+def test_the_provenance_page_sorts_records_by_what_their_diff_holds(tmp_path):
+    import json
+
+    from skipdecode.experiments.sweeps.audit import audit_page
+
+    def write(rel, data):
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+
+    git = {"commit": "0123456789abcdef", "dirty": True}
+    write("a/clean.json", {"provenance": {"git": {**git, "dirty": False}}})
+    write("a/whole.json", {"provenance": {"git": {**git, "diff": "+x", "diff_scope": "tracked"}}})
+    write("a/tracked.json", {"provenance": {"git": {**git, "diff": "+x"}}})
+    write("a/lost.json", {"provenance": {"git": git}})
+    write("training/run/metrics.json", {"metrics": {}, "memory_plan": {}})
+    page = audit_page(tmp_path)
+    assert "| a | 1 | 1 | 1 | 1 |" in page
+    lacks = page.split("## Records whose diff lacks the files the run added (1)")[1]
+    assert lacks.split("##")[0].strip() == "- `a/tracked.json` (commit 0123456789ab)"
+    assert "## Records without their diff (1)\n\n- `a/lost.json`" in page
+    assert page.rstrip().endswith("- `training/run/metrics.json`")
+
+
 def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path):
     """``make docs`` (experiments.pages) on a copy of the Gemma 3 folder: its tables, reach page
     and the provenance page come out as committed (a clean clone stays clean)."""
@@ -358,4 +382,4 @@ def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path):
     assert done[0].startswith("e2e_gemma3: tables, summaries: no summarization cells, reach")
     for name in ("results.md", "results.csv", "cells.md", "samples.md", "matched.md", "reach.md"):
         assert (folder / name).read_bytes() == (RESULTS / "e2e_gemma3" / name).read_bytes(), name
-    assert "| e2e_gemma3 | 6 | 0 | 1 |" in (tmp_path / "results" / "PROVENANCE.md").read_text()
+    assert "| e2e_gemma3 | 6 | 0 | 0 | 1 |" in (tmp_path / "results" / "PROVENANCE.md").read_text()

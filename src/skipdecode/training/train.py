@@ -33,6 +33,7 @@ from ..models.loading import (
     load_pretrained_tokenizer,
     needs_trained_tokenizer,
 )
+from ..provenance import provenance
 from .checkpoints import AtomicCheckpointIO, resume_step
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
@@ -249,6 +250,7 @@ def _finish(
             export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
             log.info("exported %s -> %s", best, export_dir)
         record = {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info}
+        record["provenance"] = provenance()  # what code trained it (results/PROVENANCE.md)
         write_json_atomic(
             output_dir / "metrics.json", {**record, "device_peak": read_peak(output_dir)}
         )
