@@ -5,10 +5,12 @@ the generations with their recorded token counts). For older records they are co
 from the committed ``generations.jsonl``; the share of outputs that hit ``max_new_tokens`` then
 needs each output's token count, which those files lack: it is recounted by re-encoding the
 output with the model's own tokenizer when that tokenizer is on this machine (an offline asset
-such as SmolLM2), counting an output as capped when it re-encodes to at least
-``max_new_tokens - 1`` tokens (the decoded text was stripped of surrounding whitespace, which
-can drop one token; an output ending at EOS one token earlier is miscounted by this rule).
-Without the tokenizer the share stays empty.
+such as SmolLM2; the counts are then stored beside the record, :data:`RECOUNT_FILE`, so that a
+clone without that tokenizer regenerates the same pages), counting an output as capped when it
+re-encodes to at least ``max_new_tokens - 1`` tokens (the decoded text was stripped of
+surrounding whitespace, which can drop one token; an output ending at EOS one token earlier is
+miscounted by this rule).
+Without the tokenizer or the stored counts the share stays empty.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...evaluation.metrics.outputs import OUTPUT_STATS, output_statistics
-from ...io import plain_or_gzipped, read_json_or_none, read_jsonl
+from ...io import plain_or_gzipped, read_json_or_none, read_jsonl, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -57,20 +59,39 @@ def _tokenizer(model_cfg_key: tuple) -> Any | None:
         return None
 
 
+#: Beside an older record: its outputs' token counts as the model's tokenizer re-encodes them, so
+#: that a clone without that tokenizer regenerates the same pages.
+RECOUNT_FILE = "output_tokens.json"
+
+
 def _recounted(rows: list[dict[str, Any]], cell: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``rows`` with ``generated_tokens`` recounted by the tokenizer of the model the cell
-    fine-tuned (its ``identity.json``; see module doc)."""
-    identity = read_json_or_none(Path(str(cell["record"])).parent / "identity.json") or {}
-    model = identity.get("model") or {}
-    key = tuple(sorted((k, str(v)) for k, v in model.items() if k in ("source", "pretrained")))
-    tok = _tokenizer(key)
-    if tok is None:
-        return rows
-    out = []
-    for r in rows:
-        n = len(tok(r["output"], add_special_tokens=False)["input_ids"])
-        out.append({**r, "generated_tokens": n + 1, "ended": True, "recounted": True})
-    return out
+    fine-tuned (its ``identity.json``; see module doc): read from :data:`RECOUNT_FILE` beside
+    the record, or counted where the tokenizer is on this machine and stored there."""
+    folder = Path(str(cell["record"])).parent
+    stored = read_json_or_none(folder / RECOUNT_FILE) or {}
+    counts = stored.get("generated_tokens")
+    if not (isinstance(counts, list) and len(counts) == len(rows)):
+        identity = read_json_or_none(folder / "identity.json") or {}
+        model = identity.get("model") or {}
+        key = tuple(sorted((k, str(v)) for k, v in model.items() if k in ("source", "pretrained")))
+        tok = _tokenizer(key)
+        if tok is None:
+            return rows
+        counts = [len(tok(r["output"], add_special_tokens=False)["input_ids"]) for r in rows]
+        write_json_atomic(
+            folder / RECOUNT_FILE,
+            {
+                "generated_tokens": counts,
+                "rule": "each output (input order) re-encoded without special tokens; EOS not "
+                "counted (cell_outputs module doc)",
+                "tokenizer": dict(key),
+            },
+        )
+    return [
+        {**r, "generated_tokens": n + 1, "ended": True, "recounted": True}
+        for r, n in zip(rows, counts, strict=True)
+    ]
 
 
 def cell_output_stats(cell: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
