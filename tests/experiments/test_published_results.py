@@ -369,12 +369,18 @@ def test_the_provenance_page_sorts_records_by_what_their_diff_holds(tmp_path):
     assert page.rstrip().endswith("- `training/run/metrics.json`")
 
 
-def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("tokenizer", ["here", "absent"])
+def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path, monkeypatch, tokenizer):
     """``make docs`` (experiments.pages) on a copy of the Gemma 3 folder: its tables, reach page
-    and the provenance page come out as committed (a clean clone stays clean)."""
+    and the provenance page come out as committed (a clean clone stays clean), with or without
+    the model's tokenizer on the machine (older cells' output counts are kept beside them)."""
     import shutil
 
+    from skipdecode.experiments.sweeps import cell_outputs
     from skipdecode.experiments.sweeps.pages import write_pages
+
+    if tokenizer == "absent":
+        monkeypatch.setattr(cell_outputs, "_tokenizer", lambda key: None)
 
     folder = tmp_path / "results" / "e2e_gemma3"
     shutil.copytree(RESULTS / "e2e_gemma3", folder)
