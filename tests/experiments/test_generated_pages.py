@@ -7,7 +7,12 @@ import json
 import re
 from pathlib import Path
 
-from skipdecode.experiments.benchmarks.gpu_page import gpu_page, readme_table, write_gpu_page
+from skipdecode.experiments.benchmarks.gpu_page import (
+    COMPOSITE_NOTE,
+    gpu_page,
+    readme_table,
+    write_gpu_page,
+)
 from skipdecode.experiments.benchmarks.gpu_train_page import train_page
 from skipdecode.experiments.benchmarks.split_page import SPLIT_RECORDS, split_page
 from skipdecode.experiments.sweeps.readme import (
@@ -71,6 +76,10 @@ def _cell(batch: int, full: float, peer: float, tokens_equal: bool) -> dict:
                 full, speedup_vs_transformers_generate_compiled=peer / full,
                 tokens_equal="skipdecode-full-compiled", tokens_equal_reference=tokens_equal,
             ),
+            "lossless-k2-b10-graphs": row(
+                full / 2, speedup_vs_transformers_generate_compiled=2 * peer / full,
+                tokens_per_round_cpu=2.0,
+            ),
         },
     }  # fmt: skip
 
@@ -92,6 +101,12 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
     assert "skipdecode-full-graphs at batch 8: 0.75x (target 1.0x): missed" in page
     assert "tokens differing from their reference at batch 8: skipdecode-full-graphs" in page
     assert "| skipdecode-full-graphs | 2.00 ms, 20.0x floor, **1.50x** |" in page
+    # a time per token made of two devices' measurements is marked, judged against no target,
+    # and left out of README with the reason
+    assert "| lossless-k2-b10-graphs (composite: GPU round / CPU tokens per round) |" in page
+    assert "lossless-k2-b10-graphs at batch 1: not measured (a composite" in page
+    assert "lossless" not in readme_table(bench).split("\n\n")[1]
+    assert readme_table(bench).rstrip().endswith(COMPOSITE_NOTE)
     start, end = block_markers("gpu")
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{start}\nold\n{end}\nrest\n")
