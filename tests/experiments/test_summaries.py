@@ -196,3 +196,45 @@ def test_decided_needs_every_interval_to_exclude_zero():
     one_seed = {f"{m}_delta_ci95": (0.01, 0.03), f"{m}_delta_seed_ci95": (None, None)}
     assert decided(one_seed, m) == "higher (inputs only)"
     assert decided({f"{m}_delta_ci95": (None, None)}, m) == "" and decided({}, m) == ""
+
+
+def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
+    """The budget-randomized model under target_2x against the target_2x fine-tunes: paired by
+    seed, Δ = one model - per schedule, both sides' measured speeds."""
+    from skipdecode.experiments.sweeps.one_model import write_one_model
+
+    own, one = tmp_path / "per_schedule", tmp_path / "randomized"
+    _cell(own, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
+    _cell(own, 1, "target_2x", 1, ["a new model", "a study of loss"])
+    _cell(own, 2, "target_2x", 2, ["a new model", "a study of loss"])
+    _cell(one, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
+    _cell(one, 1, "target_2x", 1, ["a parser that is fast", "a study of loss"])
+    paths = write_one_model(one, own)
+    rows = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}
+    two = rows["target_2x"]
+    assert two["seeds"] == "1" and two["per_schedule_seeds"] == "1 2"
+    assert two["delta_seeds"] == "1"  # only seed 1 pairs: an inputs-only interval
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
+
+    def rl_max(outputs: list[str]) -> float:
+        per = []
+        for out, group in zip(outputs, refs, strict=True):
+            s = [scorer.score(r, out) for r in group]
+            best = max(range(len(s)), key=lambda i: (s[i]["rouge1"].fmeasure, -i))
+            per.append(s[best]["rougeL"].fmeasure)
+        return sum(per) / len(per)
+
+    mine, theirs = (
+        rl_max(["a parser that is fast", "a study of loss"]),
+        rl_max(["a new model", "a study of loss"]),
+    )
+    assert float(two["rougeL_max"]) == pytest.approx(mine, abs=1e-12)
+    assert float(two["per_schedule_rougeL_max"]) == pytest.approx(theirs, abs=1e-12)
+    assert float(two["rougeL_max_delta"]) == pytest.approx(mine - theirs, abs=1e-12)
+    assert two["rougeL_max_decided"].endswith("(inputs only)") or two["rougeL_max_decided"] == (
+        "undecided"
+    )
+    md = paths["md"].read_text()
+    assert md.startswith("# One budget-randomized model against one fine-tune per schedule")
+    assert "| full | 1 / 1 |" in md and "| target_2x | 1 / 1 2 |" in md

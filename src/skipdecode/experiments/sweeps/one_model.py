@@ -1,0 +1,170 @@
+"""One budget-randomized model against the models fine-tuned for one schedule each.
+
+For every schedule a budget-randomized model (``schedule=randomized_*``, evaluated under
+``sweep.eval_schedule``; ``make study NAME=randomized_scitldr``) was decoded under, beside the
+cells of the same model, dataset and schedule fine-tuned for that schedule alone (another
+results folder): ROUGE-L max, BLEU and BERTScore F1 of both (mean over seeds [95% t-interval;
+none with one seed]); the difference randomized - per-schedule with the two-level paired
+bootstrap over the seeds both have and the inputs (:func:`~.summaries.paired_deltas`), the
+t-interval over per-seed differences with two or more paired seeds, and what they decide
+(:func:`~.summaries.decided`); and each side's measured decode and end-to-end speedups, each
+against the full model of its own training on the same batches and path, so the two are
+compared at the speed each measured (the page prints both).
+
+Writes ``one_model.md`` and ``one_model.csv`` into the randomized model's folder, each whole or
+not at all:
+
+    python -m skipdecode.experiments.sweeps.one_model results/scitldr_randomized \\
+        --against results/scitldr_smollm2
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...io import write_text_atomic
+from .seeds import mean_ci95
+from .summaries import (
+    LABELS,
+    decided,
+    delta_columns,
+    interval_text,
+    markdown_table,
+    paired_deltas,
+    summary_cells,
+)
+from .table import csv_text
+
+__all__ = ["ONE_MODEL_CSV", "ONE_MODEL_MD", "one_model_rows", "write_one_model"]
+
+ONE_MODEL_MD = "one_model.md"
+ONE_MODEL_CSV = "one_model.csv"
+#: The qualities compared, and the two speeds each side measured.
+COMPARED = ("rougeL_max", "bleu", "bertscore_f1")
+SPEEDS = ("measured_speedup_decode", "measured_speedup_e2e")
+_KEY = ("dataset", "model", "schedule")
+
+
+def one_model_rows(
+    randomized: Sequence[Mapping[str, Any]], per_schedule: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """One row per schedule the randomized model was decoded under (module doc); ``randomized``
+    and ``per_schedule`` are :func:`~.summaries.summary_cells` of the two folders."""
+    rows = []
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for cell in randomized:
+        groups.setdefault(tuple(cell.get(k) for k in _KEY), []).append(cell)
+    for key, cells in groups.items():
+        own = [c for c in per_schedule if tuple(c.get(k) for k in _KEY) == key]
+        row: dict[str, Any] = dict(zip(_KEY, key, strict=True))
+        row["method"] = cells[0].get("method")
+        row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in cells))
+        row["per_schedule_seeds"] = " ".join(sorted(str(c.get("seed")) for c in own))
+        for m in (*COMPARED, *SPEEDS):
+            row[m] = mean_ci95([c.get(m) for c in cells])
+            row[f"per_schedule_{m}"] = mean_ci95([c.get(m) for c in own])
+        if own:
+            row.update(paired_deltas(cells, {str(c.get("seed")): c for c in own}))
+        rows.append(row)
+    order = {"full": 0}
+    return sorted(rows, key=lambda r: (order.get(str(r["schedule"]), 1), str(r["schedule"])))
+
+
+def _speed(value: Any) -> str:
+    mean = value[0] if isinstance(value, tuple) else value
+    return "" if mean is None else f"{mean:.2f}x"
+
+
+def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
+    header = ["schedule", "seeds (one model / per schedule)"]
+    header += [
+        "measured decode (one model / per schedule)",
+        "measured e2e (one model / per schedule)",
+    ]
+    header += [f"{LABELS[m]} one model" for m in COMPARED]
+    header += [f"{LABELS[m]} per schedule" for m in COMPARED]
+    header += [f"Δ{LABELS[m]} [seeds x inputs]" for m in COMPARED]
+    header += [f"Δ{LABELS['rougeL_max']} [per-seed t]", f"{LABELS['rougeL_max']}: decided"]
+    lines = [
+        [
+            str(r["schedule"]),
+            f"{r['seeds']} / {r['per_schedule_seeds'] or '-'}",
+            *(f"{_speed(r[m])} / {_speed(r[f'per_schedule_{m}'])}" for m in SPEEDS),
+            *(interval_text(r[m], None, m) for m in COMPARED),
+            *(interval_text(r[f"per_schedule_{m}"], None, m) for m in COMPARED),
+            *(
+                interval_text(r.get(f"{m}_delta"), r.get(f"{m}_delta_ci95"), m, True)
+                for m in COMPARED
+            ),
+            interval_text(
+                r.get("rougeL_max_delta"), r.get("rougeL_max_delta_seed_ci95"), "rougeL_max", True
+            ),
+            decided(r, "rougeL_max"),
+        ]
+        for r in rows
+    ]
+    intro = (
+        "# One budget-randomized model against one fine-tune per schedule\n\n"
+        f"Written by `{command}` from the committed records; do not edit. Each row: the "
+        "budget-randomized model decoded under a schedule, beside the model fine-tuned for that "
+        "schedule alone (same model, data, recipe and test inputs). Quality: mean over seeds "
+        "[95% t-interval; none with one seed]. Δ = one model - per schedule, the two-level "
+        "paired bootstrap over the seeds both have and the inputs (with one paired seed the "
+        "inputs only), and the t-interval over per-seed differences where two or more seeds "
+        "pair; *decided* says lower or higher only where every interval excludes 0. Speeds: "
+        "each side's measured speedup against the full model of its own training, same batches "
+        "and path; the two sides are compared at the speed each measured.\n"
+    )
+    return intro + "\n" + "\n".join(markdown_table(header, lines)) + "\n"
+
+
+def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    keys = (*_KEY, "method", "seeds", "per_schedule_seeds", "delta_seeds")
+    out: dict[str, Any] = {k: row.get(k) for k in keys}
+    for m in (*COMPARED, *SPEEDS):
+        for side in ("", "per_schedule_"):
+            mean, low, high = row.get(f"{side}{m}") or (None, None, None)
+            out[f"{side}{m}"], out[f"{side}{m}_ci95_low"], out[f"{side}{m}_ci95_high"] = (
+                mean,
+                low,
+                high,
+            )
+    for m in COMPARED:
+        out.update(delta_columns(row, m))
+    return out
+
+
+def write_one_model(folder: str | Path, against: str | Path) -> dict[str, Path] | None:
+    """Write the page and its CSV into ``folder``; None when it holds no summarization cell."""
+    folder, against = Path(folder), Path(against)
+    rows = one_model_rows(summary_cells(folder), summary_cells(against))
+    if not rows:
+        return None
+    command = (
+        f"python -m skipdecode.experiments.sweeps.one_model {folder.as_posix()} "
+        f"--against {against.as_posix()}"
+    )
+    paths = {"md": folder / ONE_MODEL_MD, "csv": folder / ONE_MODEL_CSV}
+    lines = [_csv_row(r) for r in rows]
+    write_text_atomic(paths["csv"], csv_text(lines, list(lines[0])))
+    write_text_atomic(paths["md"], format_page(rows, command))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", type=Path, help="the budget-randomized model's results folder")
+    p.add_argument("--against", type=Path, required=True, help="the per-schedule results folder")
+    args = p.parse_args(argv)
+    for name, path in (("folder", args.folder), ("--against", args.against)):
+        if not path.is_dir():
+            p.error(f"{name}: {str(path)!r} is not a directory")
+    written = write_one_model(args.folder, args.against)
+    print(written["md"] if written else f"{args.folder}: no summarization cells")
+
+
+if __name__ == "__main__":
+    main()
