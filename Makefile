@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu docs reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -153,6 +153,9 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 
 docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE and extractive reference points, reach, E2E's own metrics (needs Java), provenance, the GPU and cost-split benchmark pages; leaves a clean clone clean
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.pages results $(ARGS)
+
+audit: $(STAMP) ## Recompute the published numbers from the records (tables from records, speedups from raw timings) and check every record's provenance; fails on any difference
+	$(OFFLINE) $(PY) -m skipdecode.audit results
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m sweep.name=e2e_tiny experiment=sweep_e2e_tiny \

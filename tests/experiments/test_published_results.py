@@ -362,11 +362,12 @@ def test_the_provenance_page_sorts_records_by_what_their_diff_holds(tmp_path):
     write("a/lost.json", {"provenance": {"git": git}})
     write("training/run/metrics.json", {"metrics": {}, "memory_plan": {}})
     page = audit_page(tmp_path)
-    assert "| a | 1 | 1 | 1 | 1 |" in page
+    assert "| a | 1 | 1 | 1 | 1 | 0 |" in page
     lacks = page.split("## Records whose diff lacks the files the run added (1)")[1]
     assert lacks.split("##")[0].strip() == "- `a/tracked.json` (commit 0123456789ab)"
     assert "## Records without their diff (1)\n\n- `a/lost.json`" in page
     assert page.rstrip().endswith("- `training/run/metrics.json`")
+    assert "## Records from commits not in the repository (0)" in page  # no repository here
 
 
 @pytest.mark.parametrize("tokenizer", ["here", "absent"])
@@ -388,4 +389,5 @@ def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path, monkeypat
     assert done[0].startswith("e2e_gemma3: tables, summaries: no summarization cells, reach")
     for name in ("results.md", "results.csv", "cells.md", "samples.md", "matched.md", "reach.md"):
         assert (folder / name).read_bytes() == (RESULTS / "e2e_gemma3" / name).read_bytes(), name
-    assert "| e2e_gemma3 | 6 | 0 | 0 | 1 |" in (tmp_path / "results" / "PROVENANCE.md").read_text()
+    page = (tmp_path / "results" / "PROVENANCE.md").read_text()
+    assert "| e2e_gemma3 | 6 | 0 | 0 | 1 | 0 |" in page

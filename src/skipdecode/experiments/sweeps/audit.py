@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import subprocess
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "AUDIT_PAGE",
     "NO_DIFF_MARK",
     "audit_page",
+    "commit_lookup",
     "mark_pages",
     "provenance_note",
     "records",
@@ -59,15 +61,41 @@ def records(results: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             yield path, data["provenance"]
 
 
-def _kind(prov: Mapping[str, Any]) -> int:
+def _kind(prov: Mapping[str, Any], known: Callable[[str], bool]) -> int:
     """0 clean; 1 uncommitted with its whole diff; 2 with the diff of tracked files only (kept
-    before new files were: a module the run added is not in it); 3 with no diff."""
+    before new files were: a module the run added is not in it); 3 with no diff; 4 from a
+    commit that is not in the repository (a branch that never landed)."""
     git = prov.get("git") or {}
+    if git.get("commit") and not known(str(git["commit"])):
+        return 4
     if diff_missing(dict(prov)):
         return 3
     if not git.get("dirty"):
         return 0
     return 1 if git.get("diff_scope") else 2
+
+
+def commit_lookup(results: Path) -> Callable[[str], bool]:
+    """Whether a commit is in the repository holding ``results`` (every commit counts as known
+    when ``results`` is in no repository, as in a copy without its history)."""
+    root = results.resolve().parent
+    inside = subprocess.run(
+        ["git", "rev-parse", "--git-dir"], cwd=root, capture_output=True, check=False
+    )
+    if inside.returncode:
+        return lambda commit: True
+    cache: dict[str, bool] = {}
+
+    def known(commit: str) -> bool:
+        if commit not in cache:
+            found = subprocess.run(
+                ["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+                cwd=root, capture_output=True, check=False,
+            )  # fmt: skip
+            cache[commit] = found.returncode == 0
+        return cache[commit]
+
+    return known
 
 
 def unrecorded_training_runs(results: Path) -> list[Path]:
@@ -90,12 +118,13 @@ def audit_page(results: Path, found: Found | None = None) -> str:
     training records without provenance (``found``: the records, read from ``results`` when not
     given)."""
     counts: dict[str, list[int]] = {}  # folder -> records per kind (_kind)
-    listed: dict[int, list[tuple[str, str | None]]] = {2: [], 3: []}
+    listed: dict[int, list[tuple[str, str | None]]] = {2: [], 3: [], 4: []}
+    known = commit_lookup(results)
     for path, prov in records(results) if found is None else found:
         rel = path.relative_to(results)
         folder = rel.parts[0] if len(rel.parts) > 1 else "."
-        kind = _kind(prov)
-        counts.setdefault(folder, [0, 0, 0, 0])[kind] += 1
+        kind = _kind(prov, known)
+        counts.setdefault(folder, [0, 0, 0, 0, 0])[kind] += 1
         if kind in listed:
             listed[kind].append((rel.as_posix(), (prov.get("git") or {}).get("commit")))
     training = [p.relative_to(results).as_posix() for p in unrecorded_training_runs(results)]
@@ -112,9 +141,12 @@ def audit_page(results: Path, found: Found | None = None) -> str:
         "Publishing and the benchmarks now refuse to write such records.",
         "",
         "| folder | clean commit | uncommitted, whole diff kept | uncommitted, diff of tracked "
-        "files only | uncommitted, no diff |",
-        "|---|---|---|---|---|",
-        *(f"| {f} | {c[0]} | {c[1]} | {c[2]} | {c[3]} |" for f, c in sorted(counts.items())),
+        "files only | uncommitted, no diff | commit not in the repository |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {f} | {c[0]} | {c[1]} | {c[2]} | {c[3]} | {c[4]} |"
+            for f, c in sorted(counts.items())
+        ),
         "",
         f"## Records whose diff lacks the files the run added ({len(listed[2])})",
         "",
@@ -122,6 +154,12 @@ def audit_page(results: Path, found: Found | None = None) -> str:
     lines += [f"- `{p}` (commit {str(c)[:12]})" for p, c in listed[2]] or ["None."]
     lines += ["", f"## Records without their diff ({len(listed[3])})", ""]
     lines += [f"- `{p}` (commit {str(c)[:12]})" for p, c in listed[3]] or ["None."]
+    lines += ["", f"## Records from commits not in the repository ({len(listed[4])})", ""]
+    lines += [
+        "Written from a branch that never landed: the commit they name cannot be checked out.",
+        "",
+    ]
+    lines += [f"- `{p}` (commit {str(c)[:12]})" for p, c in listed[4]] or ["None."]
     lines += [
         "",
         f"## Training records without provenance ({len(training)})",

@@ -1,0 +1,13 @@
+"""``make audit``: recompute published numbers from the records' raw fields, with arithmetic of
+its own (never the page writers' functions), and check each record's provenance.
+
+- :mod:`.provenance`: a record from a clean commit passes; one with its whole diff passes when
+  that diff applies to its commit (``git apply --check`` on a temporary index); one whose diff is
+  partial or missing passes only while ``results/PROVENANCE.md`` lists it as such.
+- :mod:`.speeds`: an evaluation record that keeps its raw timings (``speed.raw``) has its
+  measured speedups recomputed from them; older records are counted as not recomputable.
+- :mod:`.tables`: every results folder's ``cells.csv`` against its records, and ``results.csv``
+  (means over seeds and their t-intervals) against ``cells.csv``.
+
+:mod:`.cli` runs them all and fails on any difference beyond the stated tolerance.
+"""

@@ -1,0 +1,50 @@
+"""``python -m skipdecode.audit [results]`` (``make audit``): run every check, print what each
+checked and every difference, and exit 1 on any difference (0 when everything recomputes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from .findings import Findings
+from .provenance import check_provenance
+from .speeds import check_speeds
+from .tables import check_tables
+
+__all__ = ["audit", "main"]
+
+
+def _evaluation_records(results: Path) -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for path in sorted(results.rglob("record.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(record, dict) and isinstance(record.get("speed"), dict):
+            out.append((path.relative_to(results), record))
+    return out
+
+
+def audit(results: Path, root: Path) -> list[Findings]:
+    """Every check over the results folder ``results`` of the repository at ``root``."""
+    return [
+        check_provenance(results, root),
+        check_speeds(_evaluation_records(results)),
+        check_tables(results),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="?", type=Path, default=Path("results"))
+    args = p.parse_args(argv)
+    if not args.results.is_dir():
+        p.error(f"results: {str(args.results)!r} is not a directory")
+    findings = audit(args.results, args.results.resolve().parent)
+    for f in findings:
+        print("\n".join(f.report()))
+    failed = sum(len(f.differences) for f in findings)
+    print(
+        f"audit: {'FAILED, ' + str(failed) + ' differences' if failed else 'every number recomputes'}"
+    )
+    return 1 if failed else 0

@@ -1,0 +1,50 @@
+"""What an audit check found: one line per difference, and counts of what it checked."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Findings", "close"]
+
+#: Relative tolerance of a recomputed number against the published one (float arithmetic in
+#: another order; printed pages are compared at their printed digits instead).
+RELATIVE = 1e-9
+
+
+def close(a: Any, b: Any, relative: float = RELATIVE) -> bool:
+    """Whether two published values agree: both empty, or numbers within ``relative``."""
+    if a in (None, "") and b in (None, ""):
+        return True
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+    if math.isnan(x) and math.isnan(y):
+        return True
+    return math.isclose(x, y, rel_tol=relative, abs_tol=1e-12)
+
+
+@dataclass
+class Findings:
+    """One check's counts (``checked``, ``skipped`` with why) and its differences."""
+
+    name: str
+    checked: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    differences: list[str] = field(default_factory=list)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def compare(self, where: str, what: str, published: Any, recomputed: Any) -> None:
+        self.checked += 1
+        if not close(published, recomputed):
+            self.differences.append(f"{where}: {what} {published!r} != {recomputed!r}")
+
+    def report(self) -> list[str]:
+        lines = [f"{self.name}: {self.checked} numbers checked, {len(self.differences)} differ"]
+        lines += [f"  skipped ({n}): {why}" for why, n in sorted(self.skipped.items())]
+        lines += [f"  DIFFERS {d}" for d in self.differences]
+        return lines

@@ -1,0 +1,72 @@
+"""Each record's provenance checked against the repository.
+
+A record from a clean commit in the repository passes; one from a commit the repository lacks (a
+branch that never landed) passes only while ``results/PROVENANCE.md`` lists it. One that keeps its whole
+diff (``diff_scope``) passes when the diff applies to its commit: ``git apply --cached --check``
+on a temporary index read from that commit, so no work tree is touched. One whose diff is partial
+(tracked files only) or missing passes only while ``results/PROVENANCE.md`` is up to date, which
+lists it as such.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..sweeps.audit import AUDIT_PAGE, audit_page, commit_lookup, records
+from .findings import Findings
+
+__all__ = ["check_provenance", "diff_applies"]
+
+
+def _git(args: list[str], root: Path, env: Mapping[str, str] | None = None, stdin: str = ""):
+    return subprocess.run(
+        ["git", *args], cwd=root, input=stdin, capture_output=True, text=True, check=False,
+        env={**os.environ, **(env or {})}, timeout=60,
+    )  # fmt: skip
+
+
+def diff_applies(root: Path, commit: str, diff: str) -> tuple[bool, str]:
+    """Whether ``diff`` applies to ``commit`` of the repository at ``root``, and git's words."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        read = _git(["read-tree", commit], root, env)
+        if read.returncode:
+            return False, f"commit {commit[:12]} is not in this clone ({read.stderr.strip()})"
+        applied = _git(["apply", "--cached", "--check", "-"], root, env, diff + "\n")
+        return applied.returncode == 0, applied.stderr.strip()
+
+
+def check_provenance(results: Path, root: Path) -> Findings:
+    """Every record under ``results`` (any JSON with a provenance)."""
+    found = Findings("provenance")
+    known = commit_lookup(results)
+    for path, prov in records(results):
+        git = prov.get("git") or {}
+        commit = git.get("commit")
+        where = str(path.relative_to(results))
+        if not commit:
+            found.skip("records from outside a git checkout")
+            continue
+        found.checked += 1
+        if not known(commit):
+            found.skip("records from commits not in the repository (listed on PROVENANCE.md)")
+            continue
+        if not git.get("dirty"):
+            continue
+        if git.get("diff_scope") and isinstance(git.get("diff"), str):
+            ok, words = diff_applies(root, commit, git["diff"])
+            if not ok:
+                found.differences.append(
+                    f"{where}: its diff does not apply to {commit[:12]}: {words}"
+                )
+            continue
+        found.skip("records whose diff is partial or missing (listed on PROVENANCE.md)")
+    page = results / AUDIT_PAGE
+    found.checked += 1
+    if not page.is_file() or page.read_text(encoding="utf-8") != audit_page(results):
+        found.differences.append(f"{AUDIT_PAGE} does not list the records as they are")
+    return found

@@ -1,0 +1,115 @@
+"""A results folder's tables recomputed from its records, with arithmetic of its own.
+
+``cells.csv``: each finished cell's quality and speed columns are its record's summary figures
+(``<job>/record.json``). ``results.csv``: each row's seed count, the mean over its finished cells
+of every quality and speed column, and the 95% t-interval of each quality mean
+(``mean +- t(0.975, n - 1) x sd / sqrt(n)``, the quantiles below), from ``cells.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .findings import Findings
+
+__all__ = ["check_tables", "T975"]
+
+#: The 0.975 quantile of Student's t by degrees of freedom (enough for up to 11 seeds).
+T975 = {
+    1: 12.706204736174707, 2: 4.302652729749464, 3: 3.182446305284263, 4: 2.7764451051977934,
+    5: 2.570581835636314, 6: 2.4469118511449692, 7: 2.3646242515927844, 8: 2.306004135204168,
+    9: 2.2621571628540993, 10: 2.2281388519649385,
+}  # fmt: skip
+#: (cells.csv column, the record's summary key).
+CELL_COLUMNS = (
+    ("bleu", "bleu"),
+    ("rougeL", "rougeL"),
+    ("bertscore_f1", "bertscore_f1"),
+    ("theoretical_speedup", "theoretical_speedup"),
+    ("batch_speedup", "batch_speedup"),
+    ("measured_speedup_decode", "measured_speedup_decode"),
+    ("measured_speedup_e2e", "measured_speedup_e2e"),
+)
+QUALITY = ("bleu", "rougeL", "bertscore_f1")
+MEANS = ("theoretical_speedup", "batch_speedup", "measured_speedup_decode", "measured_speedup_e2e")
+GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _number(text: Any) -> float | None:
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def _mean_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return None, None, None
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None, None
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = T975[n - 1] * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
+    for cell in cells:
+        if cell.get("status") != "ok":
+            continue
+        path = folder / cell["job"] / "record.json"
+        if not path.is_file():
+            found.skip("cells whose record is not in the folder")
+            continue
+        summary = json.loads(path.read_text(encoding="utf-8")).get("summary") or {}
+        for column, key in CELL_COLUMNS:
+            if key in summary:
+                found.compare(
+                    f"{folder.name}/cells.csv job {cell['job']}",
+                    column,
+                    cell.get(column),
+                    summary[key],
+                )
+
+
+def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
+    groups: dict[tuple, list[dict[str, str]]] = {}
+    for cell in cells:
+        if cell.get("status") == "ok":
+            groups.setdefault(tuple(cell.get(k) or "" for k in GROUP), []).append(cell)
+    for row in _rows(folder / "results.csv"):
+        members = groups.get(tuple(row.get(k) or "" for k in GROUP), [])
+        where = f"{folder.name}/results.csv {row.get('schedule')} ({row.get('method')})"
+        found.compare(where, "n_seeds", row.get("n_seeds"), len(members))
+        for metric in QUALITY:
+            values = [x for x in (_number(c.get(metric)) for c in members) if x is not None]
+            mean, low, high = _mean_interval(values)
+            for suffix, value in (("_mean", mean), ("_ci95_low", low), ("_ci95_high", high)):
+                found.compare(where, metric + suffix, row.get(metric + suffix), value)
+        for key in MEANS:
+            values = [x for x in (_number(c.get(key)) for c in members) if x is not None]
+            found.compare(where, key, row.get(key), _mean_interval(values)[0])
+
+
+def check_tables(results: Path) -> Findings:
+    """Every results folder with ``cells.csv`` and ``results.csv`` under ``results``."""
+    found = Findings("tables from records")
+    for folder in sorted(p.parent for p in results.glob("*/cells.csv")):
+        if not (folder / "results.csv").is_file():
+            found.skip("folders with cells.csv but no results.csv")
+            continue
+        cells = _rows(folder / "cells.csv")
+        _check_cells(folder, cells, found)
+        _check_results(folder, cells, found)
+    return found
