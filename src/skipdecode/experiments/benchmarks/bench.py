@@ -47,6 +47,7 @@ from .bench_tables import (
 )
 from .bench_timing import cudagraph_skips, timed, warm_up
 from .bench_training import bench_train
+from .fast_loop import FastLoop
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
 
@@ -211,11 +212,26 @@ def _variants(
             "layers_per_token": float(L),
         }
 
+    def run_loop(loop: FastLoop) -> dict[str, Any]:
+        start = time.perf_counter()
+        tokens, prefill, decode = loop.generate(ids, mask, new_tokens)
+        return {
+            "wall_s": time.perf_counter() - start,
+            "prefill_s": prefill,
+            "decode_s": decode,
+            "steps": new_tokens - 1,
+            "layers_per_token": float(L),
+            "generated": tokens,
+            "reference": "skipdecode-full",  # greedy, the same model: the same tokens
+        }
+
     variants: dict[str, Callable[[], dict[str, Any]]] = {}
     if with_transformers:
         variants["transformers-generate"] = lambda: run_hf(False)
         if compiled_generate:
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
+            loop = FastLoop(model, ids.shape[0], ids.shape[1] + new_tokens)
+            variants["transformers-loop-compiled"] = lambda: run_loop(loop)
     for suffix, decoder in decoders.items():
         for name, sched in schedules.items():
             if suffix == "-compiled-plan" or (suffix == "" and cuda_graphs):

@@ -45,7 +45,11 @@ def derive_speedups(
                 r["flag"] = "; ".join(flags)
     if not with_transformers:
         return
-    for peer in ("transformers-generate", "transformers-generate-compiled"):
+    for peer in (
+        "transformers-generate",
+        "transformers-generate-compiled",
+        "transformers-loop-compiled",
+    ):
         if peer not in rows:
             continue
         t = rows[peer]["decode_ms_per_step"]

@@ -43,7 +43,14 @@ def graph_records(bench: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def _peer(cell: dict[str, Any]) -> tuple[str, str]:
-    """The ``generate`` the cell's speedups are over: compiled where timed, else eager."""
+    """What the cell's speedups are over: the gpt-fast-style compiled loop where timed (the
+    decode loop a GPU engineer would write; :mod:`.fast_loop`), else compiled ``generate``, else
+    eager ``generate``."""
+    if "transformers-loop-compiled" in cell["variants"]:
+        return (
+            "speedup_vs_transformers_loop_compiled",
+            "the compiled one-token loop (gpt-fast style)",
+        )
     if "transformers-generate-compiled" in cell["variants"]:
         return "speedup_vs_transformers_generate_compiled", "compiled `generate`"
     return "speedup_vs_transformers_generate", "eager `generate` (compiled not timed)"
