@@ -1,0 +1,158 @@
+"""The schedule search's page: every trial, its Pareto front, and the best schedule.
+
+From a search's sweep folder (``<job>/trial.json`` of each trial; :mod:`.trial`): one row per
+trial (its schedule, measured decode speedup, quality difference from full, whether it meets the
+floor), the Pareto front over the two objectives (no other trial is at least as fast and at
+least as good, and better in one), and the best schedule: the fastest trial that meets the
+floor. Writes ``search.md``, ``search.csv`` and ``search_front.png`` (every trial, the front
+joined) into ``--out`` (default: the sweep folder), each whole or not at all.
+
+    python -m skipdecode.experiments.search.front outputs/search/<time> [--out results/...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...io import read_json_or_none, write_text_atomic
+from ..sweeps.table import csv_text
+from .trial import TRIAL_FILE
+
+__all__ = ["best_trial", "pareto_front", "read_trials", "write_front"]
+
+COLUMNS = ("trial", "status", "schedule", "speed", "delta", "feasible", "front", "error")
+
+
+def read_trials(sweep: Path) -> list[dict[str, Any]]:
+    """Every trial of the sweep folder, by job number."""
+    found = []
+    for path in sweep.glob(f"*/{TRIAL_FILE}"):
+        trial = read_json_or_none(path) or {}
+        found.append({**trial, "trial": path.parent.name})
+    return sorted(found, key=lambda t: int(t["trial"]) if t["trial"].isdigit() else 1 << 30)
+
+
+def pareto_front(trials: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The trials no other dominates on (speed, delta), both maximised."""
+    ok = [t for t in trials if t.get("status") == "ok"]
+
+    def dominated(t: Mapping[str, Any]) -> bool:
+        return any(
+            o["speed"] >= t["speed"]
+            and o["delta"] >= t["delta"]
+            and (o["speed"] > t["speed"] or o["delta"] > t["delta"])
+            for o in ok
+        )
+
+    return [t["trial"] for t in ok if not dominated(t)]
+
+
+def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The fastest trial that meets its floor (None if none does)."""
+    feasible = [t for t in trials if t.get("status") == "ok" and t.get("feasible")]
+    return max(feasible, key=lambda t: (t["speed"], t["delta"]), default=None)
+
+
+def _plot(
+    trials: Sequence[Mapping[str, Any]], front: Sequence[str], floor: float, path: Path
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [t for t in trials if t.get("status") == "ok"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([t["speed"] for t in ok], [t["delta"] for t in ok], s=18, label="trials")
+    line = sorted((t for t in ok if t["trial"] in front), key=lambda t: t["speed"])
+    ax.plot(
+        [t["speed"] for t in line],
+        [t["delta"] for t in line],
+        "o-",
+        color="C3",
+        label="Pareto front",
+    )
+    ax.axhline(floor, color="grey", linestyle="--", label=f"quality floor {floor:+g}")
+    ax.set_xlabel("measured decode speedup vs full (validation subset)")
+    ax.set_ylabel(f"Δ{ok[0]['metric'] if ok else 'quality'} vs full")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_front(sweep: Path, out: Path | None = None) -> dict[str, Path] | None:
+    """Write the page, its CSV and the plot; None when the folder holds no trial."""
+    trials = read_trials(sweep)
+    if not trials:
+        return None
+    out = out or sweep
+    out.mkdir(parents=True, exist_ok=True)
+    front = pareto_front(trials)
+    best = best_trial(trials)
+    floor = float(trials[0].get("quality_floor", 0.0))
+    metric = trials[0].get("metric")
+    rows = [
+        {
+            **t,
+            "schedule": json.dumps(t.get("schedule"), sort_keys=True),
+            "front": t["trial"] in front,
+        }
+        for t in trials
+    ]
+    lines = [
+        "# Schedule search: every trial, the Pareto front, the best schedule",
+        "",
+        f"Written by `python -m skipdecode.experiments.search.front {sweep.as_posix()}` from the "
+        f"trials' records; do not edit. {len(trials)} trials on the validation subset (never the "
+        f"test split); objectives, both maximised: the measured decode speedup against full on "
+        f"the same batches, and Δ{metric} against full; floor {floor:+g}.",
+        "",
+        "Best (the fastest trial at or above the floor): "
+        + (
+            f"trial {best['trial']}, `{json.dumps(best['schedule'], sort_keys=True)}`, "
+            f"{best['speed']:.2f}x, Δ{metric} {best['delta']:+.2f}."
+            if best
+            else "none: no trial meets the floor."
+        ),
+        "",
+        "| trial | schedule | speedup | Δ | meets floor | front |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in trials:
+        if t.get("status") != "ok":
+            lines.append(
+                f"| {t['trial']} | {t.get('schedule')} | invalid: {t.get('error')} |  |  |  |"
+            )
+            continue
+        lines.append(
+            f"| {t['trial']} | `{json.dumps(t['schedule'], sort_keys=True)}` | {t['speed']:.2f}x | "
+            f"{t['delta']:+.2f} | {'yes' if t.get('feasible') else 'no'} | "
+            f"{'yes' if t['trial'] in front else ''} |"
+        )
+    paths = {"md": out / "search.md", "csv": out / "search.csv", "png": out / "search_front.png"}
+    write_text_atomic(paths["csv"], csv_text(rows, COLUMNS))
+    _plot(trials, front, floor, paths["png"])
+    write_text_atomic(paths["md"], "\n".join(lines) + "\n")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sweep", type=Path, help="the search's sweep folder")
+    p.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep)")
+    args = p.parse_args(argv)
+    if not args.sweep.is_dir():
+        p.error(f"sweep: {str(args.sweep)!r} is not a directory")
+    written = write_front(args.sweep, args.out)
+    print(written["md"] if written else f"{args.sweep}: no trials")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The schedule search: refusals before any decoding, trials scored on the validation split and
+replayed from cache on a rerun, and the page's front and best schedule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from exports import compose, make_exported_dir
+from offline_env import offline_env
+
+from skipdecode.experiments.search.front import best_trial, pareto_front, write_front
+from skipdecode.experiments.search.trial import SearchError, search_trial
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = ["eval=fast", "eval.limit=4", "eval.generation.batch_size=2"]
+FAST += ["eval.generation.max_new_tokens=8", "eval.threads=1", "metric=bleu"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return make_exported_dir(tmp_path_factory.mktemp("search") / "model", num_layers=8, width=32)
+
+
+def _cfg(model_dir: Path, tmp: Path, *extra: str):
+    return compose(
+        "search",
+        [f"checkpoint={model_dir}", f"output_dir={tmp / 'job'}", f"paths.output_dir={tmp}"]
+        + [f"cache_dir={tmp / 'cache'}"]
+        + FAST
+        + list(extra),
+    )
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["eval.split=test"], r"eval\.split='test': the search never sees the test split"),
+        (["quality_floor=0.5"], r"quality_floor=0\.5; allowed: a number <= 0"),
+        (["metric=meteor"], r"metric='meteor'; allowed: rougeL_max, bleu, bertscore_f1"),
+        (["metric=bertscore_f1", "eval.metrics.bertscore.enabled=false"], r"not in the full"),
+    ],
+)
+def test_the_search_refuses_what_it_cannot_evaluate(model_dir, tmp_path, extra, match):
+    with pytest.raises(SearchError, match=match):
+        search_trial(_cfg(model_dir, tmp_path, *extra))
+    if "eval.split=test" in extra or "quality_floor=0.5" in extra:
+        assert not (tmp_path / "cache").exists()  # refused before anything was decoded
+
+
+def test_a_search_scores_trials_on_validation_replays_them_and_marks_the_front(model_dir, tmp_path):
+    sweep, cache = tmp_path / "sweep", tmp_path / "cache"
+    argv = [
+        sys.executable, "-m", "skipdecode.search", "-m", f"checkpoint={model_dir}",
+        f"cache_dir={cache}", f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=3",
+        "quality_floor=-100", *FAST,
+    ]  # fmt: skip
+    env = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    trials = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/trial.json"))]
+    assert len(trials) == 3
+    records = [json.loads(p.read_text()) for p in cache.glob("*/record.json")]
+    assert records and {r["dataset"]["split"] for r in records} == {"validation"}
+    before = sorted(p.name for p in cache.iterdir())
+    subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    assert sorted(p.name for p in cache.iterdir()) == before  # every trial replayed from cache
+    again = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/trial.json"))]
+    assert [(t["speed"], t["delta"]) for t in again] == [(t["speed"], t["delta"]) for t in trials]
+    paths = write_front(sweep)
+    page = paths["md"].read_text()
+    assert "never the test split" in page and paths["png"].is_file()
+
+
+def test_the_front_and_the_best_schedule():
+    trials = [
+        {"trial": "0", "status": "ok", "speed": 1.5, "delta": -0.2, "feasible": True},
+        {"trial": "1", "status": "ok", "speed": 2.0, "delta": -0.4, "feasible": True},
+        {"trial": "2", "status": "ok", "speed": 1.8, "delta": -0.5, "feasible": False},
+        {"trial": "3", "status": "ok", "speed": 2.5, "delta": -1.0, "feasible": False},
+        {"trial": "4", "status": "invalid", "speed": 0.0, "delta": -1000.0},
+    ]
+    assert pareto_front(trials) == ["0", "1", "3"]  # 2 is slower and worse than 1
+    assert best_trial(trials)["trial"] == "1"
+    assert best_trial([t for t in trials if not t.get("feasible")]) is None
