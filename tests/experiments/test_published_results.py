@@ -272,6 +272,27 @@ def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path)
     publish(sweep, target, aggregate)
 
 
+def test_publishing_refuses_cells_timed_on_a_busy_machine_unless_allowed(tmp_path):
+    from skipdecode.experiments.sweeps.publish import PublishError
+
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    record = Path(json.loads((sweep / "1" / "cell.json").read_text())["record"])
+    data = json.loads(record.read_text())
+    data["speed"]["load"] = {"measured": True, "other_share": 0.6, "own_share": 0.4}
+    record.write_text(json.dumps(data))
+    target = tmp_path / "results" / "fake"
+    with pytest.raises(PublishError, match=r"1 cell\(s\) .*sweep/1.*more than 25%.*--allow-busy"):
+        publish(sweep, target, aggregate)
+    assert not target.exists()
+    out = publish(sweep, target, aggregate, allow_busy=True)
+    assert (
+        json.loads((out / "1" / "record.json").read_text())["speed"]["load"]["other_share"] == 0.6
+    )
+    data["speed"]["load"]["other_share"] = 0.1  # a quiet machine: published as it is
+    record.write_text(json.dumps(data))
+    publish(sweep, tmp_path / "results" / "quiet", aggregate)
+
+
 def test_publishing_refuses_a_dirty_record_without_its_diff_even_when_allowed(tmp_path):
     from skipdecode.experiments.sweeps.publish import PublishError
 

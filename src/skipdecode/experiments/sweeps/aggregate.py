@@ -168,6 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(their records keep the diff)",
     )
     parser.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="with --publish: accept cells timed while other processes used more than a "
+        "quarter of the CPUs (their records say how much)",
+    )
+    parser.add_argument(
         "--restore",
         metavar="DIR",
         help="put the evaluations published in DIR back into --cells-dir, so rerunning the "
@@ -195,10 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 aggregate,
                 update=args.update,
                 allow_dirty=args.allow_dirty,
+                allow_busy=args.allow_busy,
             )
         )
-    elif args.update or args.allow_dirty:
-        parser.error("--update and --allow-dirty only with --publish")
+    elif args.update or args.allow_dirty or args.allow_busy:
+        parser.error("--update, --allow-dirty and --allow-busy only with --publish")
     result = aggregate(sweep_dir, plots=not args.no_plots)
     print(Path(result["markdown"]).read_text())
     print(Path(result["cells_markdown"]).read_text())

@@ -54,6 +54,7 @@ def publish(
     rebuild: Callable[[Path], Any],
     update: bool = False,
     allow_dirty: bool = False,
+    allow_busy: bool = False,
 ) -> Path:
     """Copy the sweeps' records into ``target`` and ``rebuild`` the tables there (the
     aggregation: ``aggregate.aggregate``); returns ``target``.
@@ -69,7 +70,9 @@ def publish(
     A cell evaluated from a checkout with uncommitted changes (its record's
     ``provenance.git.dirty``) is refused, naming the cells, unless ``allow_dirty``; its record
     then carries the diff it ran with (``provenance.git.diff``). Records put back by
-    :func:`restore` were published before and are not checked again."""
+    :func:`restore` were published before and are not checked again. A cell whose record was
+    timed while other processes used more than :data:`BUSY_SHARE` of the CPUs
+    (``speed.load.other_share``) is refused likewise, unless ``allow_busy``."""
     if isinstance(sweep_dirs, (str, Path)):
         sweep_dirs = [sweep_dirs]
     sweeps = [Path(d) for d in sweep_dirs]
@@ -86,6 +89,14 @@ def publish(
             f"{_named(no_diff)} were evaluated from a checkout with uncommitted changes and "
             "their records hold no diff: nothing says what code they ran; commit and rerun them "
             "(--allow-dirty accepts only records that keep their diff)"
+        )
+    busy = [f for found in cells.values() for f in found if _timed_on_a_busy_machine(f)]
+    if busy and not allow_busy:
+        raise PublishError(
+            f"{_named(busy)} were timed while other processes used more than "
+            f"{BUSY_SHARE:.0%} of the CPUs (their record's speed.load.other_share): their speeds "
+            "are not the code's alone; rerun them on a quiet machine, or publish with "
+            "--allow-busy (the records say how busy it was)"
         )
     if dirty and not allow_dirty:
         raise PublishError(
@@ -145,6 +156,20 @@ def _from_dirty_tree(cell_file: Path, without_diff: bool = False) -> bool:
     if without_diff:
         return diff_missing(prov)
     return bool((prov.get("git") or {}).get("dirty"))
+
+
+#: Other processes' share of the CPUs above which a record's timings are refused for publishing.
+BUSY_SHARE = 0.25
+
+
+def _timed_on_a_busy_machine(cell_file: Path) -> bool:
+    """Whether the job's finished cell (not restored) was timed beside other work."""
+    cell = read_json_or_none(cell_file) or {}
+    record = Path(str(cell.get("record") or ""))
+    if cell.get("status") != "ok" or not record.is_file() or (record.parent / RESTORED).is_file():
+        return False
+    load = ((read_json_or_none(record) or {}).get("speed") or {}).get("load") or {}
+    return bool(load.get("measured")) and float(load.get("other_share", 0.0)) > BUSY_SHARE
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple | None:
