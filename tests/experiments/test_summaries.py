@@ -203,13 +203,13 @@ def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
     seed, Δ = one model - per schedule, both sides' measured speeds."""
     from skipdecode.experiments.sweeps.one_model import write_one_model
 
-    own, one = tmp_path / "per_schedule", tmp_path / "randomized"
+    own, one = tmp_path / "results" / "per_schedule", tmp_path / "results" / "randomized"
     _cell(own, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
     _cell(own, 1, "target_2x", 1, ["a new model", "a study of loss"])
     _cell(own, 2, "target_2x", 2, ["a new model", "a study of loss"])
     _cell(one, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
     _cell(one, 1, "target_2x", 1, ["a parser that is fast", "a study of loss"])
-    paths = write_one_model(one, own)
+    paths = write_one_model(one, own, label="results/per_schedule")
     rows = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}
     two = rows["target_2x"]
     assert two["seeds"] == "1" and two["per_schedule_seeds"] == "1 2"
@@ -238,3 +238,7 @@ def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
     md = paths["md"].read_text()
     assert md.startswith("# One budget-randomized model against one fine-tune per schedule")
     assert "| full | 1 / 1 |" in md and "| target_2x | 1 / 1 2 |" in md
+    from skipdecode.experiments.sweeps.pages import PARTS
+
+    assert PARTS["one_model"](one) == "one model"  # make docs: the same bytes again
+    assert paths["md"].read_text() == md

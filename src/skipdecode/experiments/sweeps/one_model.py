@@ -21,6 +21,7 @@ not at all:
 from __future__ import annotations
 
 import argparse
+import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from .summaries import (
 )
 from .table import csv_text
 
-__all__ = ["ONE_MODEL_CSV", "ONE_MODEL_MD", "one_model_rows", "write_one_model"]
+__all__ = ["ONE_MODEL_CSV", "ONE_MODEL_MD", "against_of", "one_model_rows", "write_one_model"]
 
 ONE_MODEL_MD = "one_model.md"
 ONE_MODEL_CSV = "one_model.csv"
@@ -137,21 +138,34 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_one_model(folder: str | Path, against: str | Path) -> dict[str, Path] | None:
-    """Write the page and its CSV into ``folder``; None when it holds no summarization cell."""
+def write_one_model(
+    folder: str | Path, against: str | Path, label: str | None = None
+) -> dict[str, Path] | None:
+    """Write the page and its CSV into ``folder``; None when it holds no summarization cell.
+    ``label``: how the page and its CSV name ``against`` (default: as given)."""
     folder, against = Path(folder), Path(against)
+    label = label or against.as_posix()
     rows = one_model_rows(summary_cells(folder), summary_cells(against))
     if not rows:
         return None
     command = (
-        f"python -m skipdecode.experiments.sweeps.one_model {folder.as_posix()} "
-        f"--against {against.as_posix()}"
+        f"python -m skipdecode.experiments.sweeps.one_model {folder.as_posix()} --against {label}"
     )
     paths = {"md": folder / ONE_MODEL_MD, "csv": folder / ONE_MODEL_CSV}
-    lines = [_csv_row(r) for r in rows]
+    lines = [{**_csv_row(r), "against": label} for r in rows]
     write_text_atomic(paths["csv"], csv_text(lines, list(lines[0])))
     write_text_atomic(paths["md"], format_page(rows, command))
     return paths
+
+
+def against_of(folder: Path) -> str | None:
+    """The per-schedule folder a published page compared with (its CSV's ``against``)."""
+    path = Path(folder) / ONE_MODEL_CSV
+    if not path.is_file():
+        return None
+    with path.open(newline="", encoding="utf-8") as f:
+        first = next(iter(csv.DictReader(f)), None)
+    return None if first is None else first.get("against")
 
 
 def main(argv: list[str] | None = None) -> None:

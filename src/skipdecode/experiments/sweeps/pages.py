@@ -13,6 +13,8 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
 - ``reach``: target, planned and reached speedup (:mod:`.reach`; needs the model's tokenizer);
 - ``e2e``: E2E's own metric suite (:mod:`.e2e_table`; needs Java, METEOR takes ~10 s a cell the
   first time);
+- ``one_model``: a budget-randomized model against the per-schedule fine-tunes (:mod:`.one_model`,
+  against the folder its CSV names);
 
 (``extractive``, ``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
 and the E2E suite scores E2E cells only)
@@ -99,6 +101,17 @@ def _e2e(folder: Path) -> str:
     return "e2e suite"
 
 
+def _one_model(folder: Path) -> str:
+    from .one_model import against_of, write_one_model
+
+    against = against_of(folder)
+    if against is None:
+        return "one model: not published for this folder"
+    root = folder.resolve().parent.parent  # the repository: the page names its folders from it
+    write_one_model(folder, root / against, label=against)
+    return "one model"
+
+
 #: The parts of a folder's pages, in the order they are written.
 PARTS: dict[str, Callable[[Path], str]] = {
     "tables": _tables,
@@ -106,6 +119,7 @@ PARTS: dict[str, Callable[[Path], str]] = {
     "extractive": _extractive,
     "reach": _reach,
     "e2e": _e2e,
+    "one_model": _one_model,
 }
 
 
