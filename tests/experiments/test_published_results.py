@@ -80,7 +80,7 @@ def test_published_evaluations_are_the_evaluations_their_commands_run_now(publis
     """Each published evaluation's id (``eval-<id>`` in its source) is the one its sweep
     command computes from today's configs: a rerun after ``--restore`` reuses the record.
     Fails when an evaluation default changed since publication for a schedule it affects."""
-    from skipdecode.experiments.sweeps.identity import eval_identity
+    from skipdecode.experiments.sweeps.labels import eval_id
     from skipdecode.experiments.sweeps.sweep import _resolved_without_paths_output
 
     for cell_file in sorted(published.glob("*/cell.json")):
@@ -90,7 +90,9 @@ def test_published_evaluations_are_the_evaluations_their_commands_run_now(publis
         overrides = [o for o in cell["overrides"] if not o.startswith(("sweep.", "paths."))]
         cfg = _resolved_without_paths_output(compose("sweep", overrides))
         published_id = str(cell["source"]).rsplit("/eval-", 1)[1]
-        assert eval_identity(dict(cfg["eval"]), cfg["schedule"]) == published_id, cell_file
+        assert eval_id(cfg) == published_id, (
+            cell_file
+        )  # with the schedule evaluated, if not trained
 
 
 def test_publish_copies_records_and_rebuilds_the_tables(tmp_path):

@@ -134,7 +134,8 @@ def _table(wandb: Any, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]
     return table
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command's options."""
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="examples: python -m skipdecode.aggregate outputs/sweep/demo; "
@@ -180,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sweeps reuses them",
     )
     parser.add_argument("--cells-dir", metavar="DIR", help="the sweeps' cells directory")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.restore:

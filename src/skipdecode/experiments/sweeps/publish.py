@@ -82,28 +82,7 @@ def publish(
     for d, found in cells.items():
         if not found:
             raise FileNotFoundError(f"{str(d)!r} holds no {CELL_FILE}: nothing to publish")
-    dirty = [f for found in cells.values() for f in found if _from_dirty_tree(f)]
-    no_diff = [f for f in dirty if _from_dirty_tree(f, without_diff=True)]
-    if no_diff:
-        raise PublishError(
-            f"{_named(no_diff)} were evaluated from a checkout with uncommitted changes and "
-            "their records hold no diff: nothing says what code they ran; commit and rerun them "
-            "(--allow-dirty accepts only records that keep their diff)"
-        )
-    busy = [f for found in cells.values() for f in found if _timed_on_a_busy_machine(f)]
-    if busy and not allow_busy:
-        raise PublishError(
-            f"{_named(busy)} were timed while other processes used more than "
-            f"{BUSY_SHARE:.0%} of the CPUs (their record's speed.load.other_share): their speeds "
-            "are not the code's alone; rerun them on a quiet machine, or publish with "
-            "--allow-busy (the records say how busy it was)"
-        )
-    if dirty and not allow_dirty:
-        raise PublishError(
-            f"{_named(dirty)} were evaluated from a checkout with uncommitted changes: commit "
-            "and rerun them, or publish with --allow-dirty (their records keep the diff they "
-            "ran with)"
-        )
+    _refuse(cells, allow_dirty, allow_busy)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -132,6 +111,33 @@ def publish(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _refuse(cells: dict[Path, list[Path]], allow_dirty: bool, allow_busy: bool) -> None:
+    """A :class:`PublishError` for cells from a dirty checkout (without their diff always; with
+    it unless ``allow_dirty``) or timed on a busy machine (unless ``allow_busy``)."""
+    dirty = [f for found in cells.values() for f in found if _from_dirty_tree(f)]
+    no_diff = [f for f in dirty if _from_dirty_tree(f, without_diff=True)]
+    if no_diff:
+        raise PublishError(
+            f"{_named(no_diff)} were evaluated from a checkout with uncommitted changes and "
+            "their records hold no diff: nothing says what code they ran; commit and rerun them "
+            "(--allow-dirty accepts only records that keep their diff)"
+        )
+    busy = [f for found in cells.values() for f in found if _timed_on_a_busy_machine(f)]
+    if busy and not allow_busy:
+        raise PublishError(
+            f"{_named(busy)} were timed while other processes used more than "
+            f"{BUSY_SHARE:.0%} of the CPUs (their record's speed.load.other_share): their speeds "
+            "are not the code's alone; rerun them on a quiet machine, or publish with "
+            "--allow-busy (the records say how busy it was)"
+        )
+    if dirty and not allow_dirty:
+        raise PublishError(
+            f"{_named(dirty)} were evaluated from a checkout with uncommitted changes: commit "
+            "and rerun them, or publish with --allow-dirty (their records keep the diff they "
+            "ran with)"
+        )
 
 
 def _named(cell_files: Sequence[Path]) -> str:
