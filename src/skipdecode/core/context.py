@@ -30,6 +30,7 @@ __all__ = [
     "ContextError",
     "Demand",
     "check_context",
+    "context_record",
     "ContextLimit",
     "context_limit",
     "context_rule",
@@ -159,6 +160,20 @@ def check_context(
     return {
         d.use: d.source[1] if d.length <= limit.positions else limit.positions - d.reserved
         for d in demands
+    }
+
+
+def context_record(
+    demand: Demand, limit: ContextLimit, rule: str | None, fitted: int
+) -> dict[str, Any]:
+    """What a stage's check found, for its record: the limit and where it comes from, the rule,
+    the longest sequence its settings allow, and the prompt bound it runs with."""
+    return {
+        "positions": limit.positions,
+        "source": limit.source,
+        "rule": rule or "error",
+        "longest_sequence": demand.length,
+        "max_source_tokens": fitted,
     }
 
 

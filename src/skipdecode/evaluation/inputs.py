@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..core.context import ContextError, check_context, evaluation_demand
+from ..core.context import ContextError, check_context, context_record, evaluation_demand
 from ..core.engine import SkipDecoder
 from ..data.collate import encode_prompt, left_pad
 from ..data.datasets import group_by_source, load_split, target_lengths
@@ -288,10 +288,4 @@ def fit_prompts(
     except ContextError as e:
         raise EvaluationError(str(e)) from e
     settings["max_source_tokens"] = fitted
-    return {
-        "positions": limit.positions,
-        "source": limit.source,
-        "rule": rule or "error",
-        "longest_sequence": demand.length,
-        "max_source_tokens": fitted,
-    }
+    return context_record(demand, limit, rule, fitted)

@@ -92,16 +92,21 @@ def pretrained_path(cfg: Mapping) -> str:
     return str(name)
 
 
+def _unreadable(path: str, what: str, error: OSError) -> ModelConfigError:
+    """The error for a pretrained model whose files cannot be read here."""
+    return ModelConfigError(
+        f"model.pretrained={path!r}: could not {what} ({error}). Offline, use model=tiny, "
+        "model=smollm2-135m (after `make smollm2`), or model.source=random"
+    )
+
+
 def load_pretrained_tokenizer(cfg: Mapping) -> PreTrainedTokenizerBase:
     """Tokenizer of a hub/local/asset model, with a pad token (EOS when it has none)."""
     path = pretrained_path(cfg)
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except OSError as e:
-        raise ModelConfigError(
-            f"model.pretrained={path!r}: could not load the tokenizer ({e}). Offline, use "
-            "model=tiny, model=smollm2-135m (after `make smollm2`), or model.source=random"
-        ) from e
+        raise _unreadable(path, "load the tokenizer", e) from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -188,10 +193,7 @@ def build_model(cfg: Mapping, tokenizer: PreTrainedTokenizerBase | None = None) 
                 path, dtype=_dtype(cfg), attn_implementation=attn
             )
         except OSError as e:
-            raise ModelConfigError(
-                f"model.pretrained={path!r}: could not load the weights ({e}). Offline, use "
-                "model=tiny, model=smollm2-135m (after `make smollm2`), or model.source=random"
-            ) from e
+            raise _unreadable(path, "load the weights", e) from e
         if model.config.pad_token_id is None and tokenizer is not None:
             model.config.pad_token_id = tokenizer.pad_token_id
     check_num_layers(model, cfg)
@@ -314,8 +316,5 @@ def config_context_limit(cfg: Mapping) -> ContextLimit:
     try:
         config = AutoConfig.from_pretrained(path)
     except OSError as e:
-        raise ModelConfigError(
-            f"model.pretrained={path!r}: could not read its config ({e}). Offline, use "
-            "model=tiny, model=smollm2-135m (after `make smollm2`), or model.source=random"
-        ) from e
+        raise _unreadable(path, "read its config", e) from e
     return context_limit(config)

@@ -32,6 +32,7 @@ import torch
 
 from ..core.loss import distill_loss_sums, token_loss_sums
 from .base import Schedule, ScheduleRun, StaticSchedule, plan_logits, require
+from .baselines import FullSchedule
 from .registry import build_schedule, register
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class RandomizedSchedule(Schedule):
         self.probabilities = torch.tensor([float(w) / total for w in weights], dtype=torch.float64)
         self.distill_weight = float(distill_weight)
         self._validation = validation or self.draws[int(self.probabilities.argmax())]
-        self.full = next((d for d in self.draws if d.runs_every_layer), None) or _full_plan(
+        self.full = next((d for d in self.draws if d.runs_every_layer), None) or FullSchedule(
             num_layers
         )
         self.last_draw: int | None = None  # the index drawn for the latest batch (logged)
@@ -123,12 +124,6 @@ class RandomizedSchedule(Schedule):
         }
 
 
-def _full_plan(num_layers: int) -> StaticSchedule:
-    from .baselines import FullSchedule
-
-    return FullSchedule(num_layers)
-
-
 @register("randomized", method="budget-randomized")
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> RandomizedSchedule:
     configs = cfg.get("draws")
@@ -159,8 +154,6 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Random
 def _static(cfg: Any, num_layers: int, expected_length: int | None, key: str) -> StaticSchedule:
     """A static schedule from one ``schedule.<key>`` entry (a batch shares a position plan)."""
     require(isinstance(cfg, Mapping), key, cfg, "schedule configs (mappings with a name)")
-    if dict(cfg).get("name") == "randomized":
-        require(False, key, dict(cfg), "static schedules, not another randomized one")
     schedule = build_schedule(dict(cfg), num_layers, expected_length)
     static = schedule.static()
     require(

@@ -24,7 +24,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import config_dir, instantiate_callbacks, instantiate_loggers, task_wrapper
-from ..core.context import check_context, evaluation_demand, training_demand
+from ..core.context import (
+    Demand,
+    check_context,
+    context_record,
+    evaluation_demand,
+    training_demand,
+)
 from ..data import get_or_train_tokenizer, get_task
 from ..io import write_json_atomic
 from ..locks import claim_dir
@@ -128,21 +134,20 @@ def fit_to_context(
     sequences (prompt bound + target bound) checked against the model's context before anything
     is loaded; refused (``dataset.on_long_context: error``) or the prompt bound lowered to fit
     (``truncate``). See :mod:`skipdecode.core.context`."""
+    limit = config_context_limit(model_cfg)
+    demand = _training_demand(dataset_cfg)
+    rule = dataset_cfg.get("on_long_context")
+    fitted = check_context([demand], limit, str(model_cfg.get("name")), rule)[demand.use]
+    context = context_record(demand, limit, rule, fitted)
+    return {**dataset_cfg, "max_source_tokens": fitted}, context
+
+
+def _training_demand(dataset_cfg: Mapping[str, Any]) -> Demand:
+    """The longest training sequence the dataset settings allow (the task's bounds where unset)."""
     task = get_task(dataset_cfg["name"])
     max_source = int(dataset_cfg.get("max_source_tokens") or task.max_source_tokens)
     max_target = int(dataset_cfg.get("max_target_tokens") or task.max_target_tokens)
-    limit = config_context_limit(model_cfg)
-    demand = training_demand(max_source, max_target)
-    rule = dataset_cfg.get("on_long_context")
-    fitted = check_context([demand], limit, str(model_cfg.get("name")), rule)[demand.use]
-    context = {
-        "positions": limit.positions,
-        "source": limit.source,
-        "rule": rule or "error",
-        "longest_sequence": demand.length,
-        "max_source_tokens": fitted,
-    }
-    return {**dataset_cfg, "max_source_tokens": fitted}, context
+    return training_demand(max_source, max_target)
 
 
 def check_cell_context(c: Mapping[str, Any]) -> None:
@@ -150,14 +155,12 @@ def check_cell_context(c: Mapping[str, Any]) -> None:
     tokens) against the model's context, read from its config: a cell that would exceed it is
     refused before it trains, with every setting named (:mod:`skipdecode.core.context`)."""
     data = dataset_settings(dict(c.get("dataset") or {}))
-    task = get_task(data["name"])
-    max_source = int(data.get("max_source_tokens") or task.max_source_tokens)
-    max_target = int(data.get("max_target_tokens") or task.max_target_tokens)
+    training = _training_demand(data)
     generation = (c.get("eval") or {}).get("generation") or {}
-    max_new = int(generation.get("max_new_tokens") or task.max_target_tokens)
+    max_new = generation.get("max_new_tokens") or get_task(data["name"]).max_target_tokens
     model = dict(c.get("model") or {})
     check_context(
-        [training_demand(max_source, max_target), evaluation_demand(max_source, max_new)],
+        [training, evaluation_demand(training.source[1], int(max_new))],
         config_context_limit(model),
         str(model.get("name")),
         data.get("on_long_context"),

@@ -51,13 +51,14 @@ def check_provenance(results: Path, root: Path) -> Findings:
         if not commit:
             found.skip("records from outside a git checkout")
             continue
-        found.checked += 1
         if not known(commit):
             found.skip("records from commits not in the repository (listed on PROVENANCE.md)")
             continue
         if not git.get("dirty"):
+            found.checked += 1
             continue
         if git.get("diff_scope") and isinstance(git.get("diff"), str):
+            found.checked += 1
             ok, words = diff_applies(root, commit, git["diff"])
             if not ok:
                 found.differences.append(

@@ -10,6 +10,7 @@ prefill over prefill + decode of each side's summed medians. A record that keeps
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,6 @@ from .findings import Findings
 __all__ = ["check_speeds", "recomputed_speeds"]
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
 def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The speed figures the raw timings give (keys as in the record's ``speed`` section)."""
     timed = [b for b in raw.get("batches", []) if b.get("timed")]
@@ -32,7 +27,7 @@ def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
         return {}
 
     def total(key: str) -> float:
-        return sum(_median(list(b[key])) for b in timed)
+        return sum(statistics.median(b[key]) for b in timed)
 
     decode, base_decode = total("decode"), total("base_decode")
     prefill, base_prefill = total("prefill"), total("base_prefill")

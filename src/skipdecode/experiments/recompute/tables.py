@@ -12,8 +12,8 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Any
 
+from ..sweeps.table import num
 from .findings import Findings
 
 __all__ = ["check_tables", "T975"]
@@ -42,14 +42,6 @@ GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def _number(text: Any) -> float | None:
-    try:
-        x = float(text)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def _mean_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -93,12 +85,12 @@ def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -
         where = f"{folder.name}/results.csv {row.get('schedule')} ({row.get('method')})"
         found.compare(where, "n_seeds", row.get("n_seeds"), len(members))
         for metric in QUALITY:
-            values = [x for x in (_number(c.get(metric)) for c in members) if x is not None]
+            values = [x for x in (num(c.get(metric)) for c in members) if x is not None]
             mean, low, high = _mean_interval(values)
             for suffix, value in (("_mean", mean), ("_ci95_low", low), ("_ci95_high", high)):
                 found.compare(where, metric + suffix, row.get(metric + suffix), value)
         for key in MEANS:
-            values = [x for x in (_number(c.get(key)) for c in members) if x is not None]
+            values = [x for x in (num(c.get(key)) for c in members) if x is not None]
             found.compare(where, key, row.get(key), _mean_interval(values)[0])
 
 

@@ -136,9 +136,7 @@ def search_trial(cfg: Any) -> tuple[float, float]:
         schedule = trial_schedule(c["search"], (full.get("schedule") or {}).get("expected_length"))
         trial["schedule"] = schedule
         record, path = _evaluated(c, schedule)
-    except (ScheduleError, SearchError) as e:
-        if isinstance(e, SearchError):
-            raise
+    except ScheduleError as e:
         trial.update(status="invalid", error=str(e), speed=WORST[0], delta=WORST[1])
         write_json_atomic(job / TRIAL_FILE, trial)
         return WORST

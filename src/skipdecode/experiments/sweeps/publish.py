@@ -151,14 +151,20 @@ class PublishError(RuntimeError):
     """A sweep that cannot be published as asked."""
 
 
-def _from_dirty_tree(cell_file: Path, without_diff: bool = False) -> bool:
-    """Whether the job's finished cell was evaluated from a dirty checkout (and not restored);
-    ``without_diff``: one whose record does not hold the diff."""
+def _new_record(cell_file: Path) -> dict[str, Any]:
+    """The record of a job's finished cell, unless restore put it back (published before, so
+    not checked again); ``{}`` otherwise."""
     cell = read_json_or_none(cell_file) or {}
     record = Path(str(cell.get("record") or ""))
     if cell.get("status") != "ok" or not record.is_file() or (record.parent / RESTORED).is_file():
-        return False
-    prov = (read_json_or_none(record) or {}).get("provenance") or {}
+        return {}
+    return read_json_or_none(record) or {}
+
+
+def _from_dirty_tree(cell_file: Path, without_diff: bool = False) -> bool:
+    """Whether the job's finished cell was evaluated from a dirty checkout (and not restored);
+    ``without_diff``: one whose record does not hold the diff."""
+    prov = _new_record(cell_file).get("provenance") or {}
     if without_diff:
         return diff_missing(prov)
     return bool((prov.get("git") or {}).get("dirty"))
@@ -170,11 +176,7 @@ BUSY_SHARE = 0.25
 
 def _timed_on_a_busy_machine(cell_file: Path) -> bool:
     """Whether the job's finished cell (not restored) was timed beside other work."""
-    cell = read_json_or_none(cell_file) or {}
-    record = Path(str(cell.get("record") or ""))
-    if cell.get("status") != "ok" or not record.is_file() or (record.parent / RESTORED).is_file():
-        return False
-    load = ((read_json_or_none(record) or {}).get("speed") or {}).get("load") or {}
+    load = (_new_record(cell_file).get("speed") or {}).get("load") or {}
     return bool(load.get("measured")) and float(load.get("other_share", 0.0)) > BUSY_SHARE
 
 
