@@ -13,8 +13,8 @@ import logging
 
 import pytest
 import torch
+from device_watch import Syncs, Writes
 from tiny_models import PAD, left_padded_batch, tiny_llama
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from skipdecode.core import compiled as compiled_module
 from skipdecode.core.cache import StaticKVCache
@@ -127,31 +127,13 @@ def test_capture_a_compaction_keeps_a_power_of_two_bucket_in_row_order():
     assert kept_rows(five, bucketed=True).tolist() == list(range(8))
 
 
-class _Recorder(TorchDispatchMode):
-    """Every tensor an op writes in place (by address), and every host sync."""
-
-    def __init__(self):
-        super().__init__()
-        self.mutated: set[int] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        schema = func._schema
-        for i, arg in enumerate(schema.arguments):
-            if arg.alias_info is not None and arg.alias_info.is_write:
-                value = args[i] if i < len(args) else kwargs.get(arg.name)
-                if isinstance(value, torch.Tensor):
-                    self.mutated.add(value.untyped_storage().data_ptr())
-        return func(*args, **kwargs)
-
-
 def test_capture_a_step_mutates_only_static_cache_buffers_and_never_syncs(decoders, monkeypatch):
     """Run the decode passes' layer step eagerly (what the graph records) and watch it: every
     tensor it writes is a pooled buffer marked static, and no ``item``/``bool``/``int``/``tolist``/
     ``nonzero`` reads a device value inside a step (the loop's own EOS check is outside)."""
     _, graphs = decoders
     ids, mask = left_padded_batch([5, 9, 3, 7], seed=3)
-    recorder, syncs, inside = _Recorder(), [], []
+    recorder, syncs = Writes(), Syncs(monkeypatch)
     eager_step = compiled_module._layer_step
 
     def watched(*args):
@@ -161,15 +143,6 @@ def test_capture_a_step_mutates_only_static_cache_buffers_and_never_syncs(decode
     monkeypatch.setattr(graphs.compiled, "_layer", watched)
     monkeypatch.setattr(graphs.compiled, "_head", graphs.adapter.head)
     monkeypatch.setattr(graphs.compiled, "_seen", set())  # every layer through the watched step
-    for name in ("item", "__bool__", "__int__", "tolist", "nonzero"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _original=original, _name=name, **k):
-            if inside:
-                syncs.append(_name)
-            return _original(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
     schedule = linear_for_speedup(6, target_speedup=2, expected_length=NEW)
     start = schedule.start
 
@@ -178,11 +151,8 @@ def test_capture_a_step_mutates_only_static_cache_buffers_and_never_syncs(decode
         decode = runner.decode
 
         def one_step(step):
-            inside.append(step.index)
-            try:
+            with syncs.inside():
                 return decode(step)
-            finally:
-                inside.pop()
 
         runner.decode = one_step
         return runner
@@ -197,7 +167,7 @@ def test_capture_a_step_mutates_only_static_cache_buffers_and_never_syncs(decode
         for t in bufs
     }
     assert recorder.mutated and recorder.mutated <= static
-    assert syncs == []
+    assert syncs.names == []
 
 
 def test_capture_every_graph_compiles_whole():

@@ -48,6 +48,7 @@ from .adapters import DecoderAdapter
 from .cache import StaticKVCache
 from .graphs import Recorder, StaticHead, StaticPass
 from .matmul_forms import MATMUL_FORMS, MatmulForms, SmallBatchMatmul
+from .step_graphs import StepGraphs
 
 __all__ = [
     "CAPACITY_BUCKET",
@@ -61,7 +62,9 @@ CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled p
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 #: What one compiled graph covers: one layer (replayed for every active layer of any plan) or a
 #: whole plan's layers (one call a pass, one compile per layer set).
-COMPILE_GRAPHS = ("layer", "plan")
+#: ``"step"``: the whole decode step (embedding to greedy choice) as one CUDA graph per plan,
+#: on the CUDA-graph path only (:mod:`skipdecode.core.step_graphs`).
+COMPILE_GRAPHS = ("layer", "plan", "step")
 RECOMPILE_LIMIT = 256
 
 
@@ -182,6 +185,13 @@ class CompiledLayers:
         if cuda_graphs:
             device = next(adapter.model.parameters()).device
             self.recorder = Recorder(device)
+        if graph == "step" and not cuda_graphs:
+            raise ValueError(
+                "compile graph 'step' records whole decode steps as CUDA graphs: it needs "
+                "cuda_graphs (compile='reduce-overhead')"
+            )
+        # graph="step": whole-step recordings; passes that cannot use them run per-layer ones
+        self.steps: StepGraphs | None = StepGraphs(self) if graph == "step" else None
 
     def _first(self, key: tuple, rows: int, weights: Sequence[torch.Tensor], fn, *args):
         """The first call for ``key`` (a layer kind or the head, and the shapes): the forms

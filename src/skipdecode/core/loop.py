@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .cache import KVCache
+from .cache import KVCache, StaticKVCache
 from .clock import eval_mode, now
 from .compiled import CompiledLayers, bucketed_capacity, future_mask
 from .masks import decode_attention_mask
@@ -24,6 +24,7 @@ from .prompts import lengths_with_eos
 from .sampling import SamplingConfig, select_next
 from .stats import GenerationOutput, GenerationStats
 from .step import DecodeStep, LayerPlan, StepRunner, check_nested
+from .step_graphs import EOS_SLOTS, distinct_plans
 
 __all__ = ["DecodeRequest", "LoopBuffers", "plan_generate"]
 
@@ -88,6 +89,34 @@ class _Trace:
     live: list[torch.Tensor] = field(default_factory=list)
     layers: list[tuple[int, ...]] = field(default_factory=list)
     token_layers: list[torch.Tensor] = field(default_factory=list)
+    graph: str | None = None  # what one graph covered: step, plan or layer (None: eager)
+    fallback: str | None = None  # why whole-step graphs were asked for and not used
+
+
+def _graph_path(
+    compiled: CompiledLayers | None, req: DecodeRequest, plans: list[tuple[int, ...]] | None
+) -> tuple[str | None, str | None]:
+    """What one graph covers in this call, and why not the whole step where it was asked for
+    (``compile_graph="step"``) and this call cannot use it (it then runs per-layer graphs)."""
+    if compiled is None:
+        return None, None
+    if compiled.graph != "step":
+        return compiled.graph, None
+    steps = compiled.steps
+    assert steps is not None
+    if plans is None:
+        reason = "the schedule has no position-only plan"
+    elif req.sampling.do_sample:
+        reason = "sampling (whole steps choose greedily)"
+    elif req.return_logits:
+        reason = "per-step logits were asked for"
+    elif len(req.eos_ids) > EOS_SLOTS:
+        reason = f"{len(req.eos_ids)} EOS ids (a whole step tests at most {EOS_SLOTS})"
+    elif distinct_plans(plans) > steps.limit:
+        reason = f"{distinct_plans(plans)} distinct plans (the bound is {steps.limit})"
+    else:
+        return "step", None
+    return "layer", reason
 
 
 def plan_generate(dec: Any, req: DecodeRequest, schedule: LayerPlan) -> GenerationOutput:
@@ -96,17 +125,23 @@ def plan_generate(dec: Any, req: DecodeRequest, schedule: LayerPlan) -> Generati
     B = req.input_ids.shape[0]
     run = schedule.start(B)
     static = schedule.static()
-    if static is not None:
-        check_nested([static.active_layers(g) for g in range(req.steps)])
+    plans = None if static is None else [tuple(static.active_layers(g)) for g in range(req.steps)]
+    if plans is not None:
+        check_nested(plans)
     compiled: CompiledLayers | None = dec.compiled
     trace = _Trace()
+    trace.graph, trace.fallback = _graph_path(compiled, req, plans)
     with eval_mode(dec.model):
         buffers = LoopBuffers.open(dec, req)
         compiling = 0.0 if compiled is None else compiled.compile_seconds
         t0 = now(req.input_ids.device)
         logits = dec.prefill(req.input_ids, req.attention_mask, buffers.cache, buffers.maskless)
         t1 = now(req.input_ids.device)
-        _decode_passes(dec, req, run, buffers, logits, trace)
+        if trace.graph == "step":
+            assert plans is not None
+            _whole_step_passes(dec, req, plans, buffers, logits, trace)
+        else:
+            _decode_passes(dec, req, run, buffers, logits, trace)
         t2 = now(req.input_ids.device)
         if compiled is not None:  # compile time is reported, never counted as decoding
             compiling = compiled.compile_seconds - compiling
@@ -168,6 +203,42 @@ def _decode_passes(
         _keep(trace, req, token, result.logits)
 
 
+def _whole_step_passes(
+    dec: Any,
+    req: DecodeRequest,
+    plans: list[tuple[int, ...]],
+    buffers: LoopBuffers,
+    logits: torch.Tensor,
+    trace: _Trace,
+) -> None:
+    """:func:`_decode_passes` on whole-step graphs (:mod:`~skipdecode.core.step_graphs`): the
+    first token from the prefill's ``logits``, then one replay per pass; the host picks each
+    pass's plan and reads the state only for the stop check (every 8 passes on a GPU)."""
+    if req.max_new_tokens == 0:
+        return
+    steps = dec.compiled.steps
+    steps.check_weights()
+    device, P = req.input_ids.device, req.input_ids.shape[1]
+    assert buffers.capacity_mask is not None and isinstance(buffers.cache, StaticKVCache)
+    state = steps.state(req.input_ids.shape[0], buffers.capacity, buffers.capacity_mask.dtype)
+    token = logits.argmax(dim=-1)
+    eos = torch.tensor(req.eos_ids or [-1], device=device)
+    finished = torch.isin(token, eos) if req.stop else torch.zeros_like(token, dtype=torch.bool)
+    valid = req.attention_mask.long().sum(-1)
+    state.load(token, valid, P, buffers.capacity_mask, finished, req.eos_ids, req.pad_id)
+    check_every = 8 if device.type == "cuda" else 1
+    passes = 0
+    for g, plan in enumerate(plans):
+        if req.stop and g % check_every == 0 and bool(state.finished.all()):
+            break
+        buffers.cache.begin(P + g)
+        steps.step(state, plan, buffers.cache, req.stop)
+        trace.layers.append(plan)
+        passes += 1
+    trace.generated = list(state.tokens[:, : passes + 1].clone().unbind(1))
+    trace.live = list(state.live[:, :passes].clone().unbind(1))
+
+
 def _keep(trace: _Trace, req: DecodeRequest, token: torch.Tensor, logits: torch.Tensor) -> None:
     trace.generated.append(token)
     if req.return_logits:
@@ -201,6 +272,8 @@ def _output(
         batch_size=B,
         compile_seconds=compile_s,
         compiled=dec.compiled is not None,
+        graph=trace.graph,
+        graph_fallback=trace.fallback,
         token_layers=per_row,
         live_mask=[x.tolist() for x in trace.live] if per_row is not None else None,
     )

@@ -80,6 +80,11 @@ class DecodeOptions:
                 f"{graph}: {self.compile_graph!r} is a kind of compiled graph, and {compile_} is "
                 f"{self.compile!r}; allowed with {compile_}=true (or {graph}=layer)"
             )
+        if self.compile_graph == "step" and self.compile != CUDA_GRAPH_MODE:
+            raise DecodeOptionsError(
+                f"{graph}: 'step' records the whole decode step as a CUDA graph and {compile_} is "
+                f"{self.compile!r}; allowed with {compile_}={CUDA_GRAPH_MODE!r}"
+            )
         if self.compile and self.cache != "static":
             raise DecodeOptionsError(
                 f"{compile_}: {self.compile!r} needs {cache}='static' (the compiled step writes "

@@ -83,6 +83,10 @@ class GenerationStats:
     # the compiled path: seconds spent compiling during this call (kept out of decode_seconds)
     compile_seconds: float = 0.0
     compiled: bool = False
+    # what one compiled graph covered (step, plan or layer; None: eager), and why a call that
+    # asked for whole-step graphs ran per-layer ones (core.step_graphs)
+    graph: str | None = None
+    graph_fallback: str | None = None
 
     @property
     def passes(self) -> int:
@@ -175,6 +179,8 @@ class GenerationStats:
             "decode_ms_per_step": self.decode_ms_per_step,
             "tokens_per_second": self.tokens_per_second,
             "speculation": None if self.speculation is None else self.speculation.as_dict(),
+            "graph": self.graph,
+            "graph_fallback": self.graph_fallback,
         }
 
 

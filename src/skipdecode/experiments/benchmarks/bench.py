@@ -36,6 +36,7 @@ from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
 from .bench_rows import add_floors, cost_split_of, variant_rows
 from .bench_speedups import derive_speedups, flag_batches
+from .bench_step_graphs import step_graph_costs
 from .bench_tables import (
     add_plan_graphs_option,
     add_run_options,
@@ -52,7 +53,7 @@ from .fast_loop import FastLoop
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
 
 
-COMPILED_SUFFIXES = ("-compiled", "-compiled-plan", "-graphs")
+COMPILED_SUFFIXES = ("-compiled", "-compiled-plan", "-graphs", "-step")
 SPEEDUPS = (2, 3, 4, 5)
 
 
@@ -105,7 +106,7 @@ def bench_decode(
     splits = {
         suffix: step_cost_split(d, ids, mask, steps=max(5, 2 * repeats))
         for suffix, d in decoders.items()
-        if suffix != "-compiled-plan"  # its layers are one graph: no split between them
+        if suffix not in ("-compiled-plan", "-step")  # one graph a pass: no split inside it
     }
     lossless_rows(rows, acceptance)
     derive_speedups(rows, schedules, splits, L, with_transformers)
@@ -117,6 +118,8 @@ def bench_decode(
         "cudagraph_skips": cudagraph_skips() - skips,
         "graphs_compiled_while_timed": compiled_while_timed,
         "graphs_recorded_while_timed": recorded if cuda_graphs else None,
+        # whole-step graphs: how many a 2x decode records at 32 and 256 new tokens, and their cost
+        "step_graphs": step_graph_costs(model, (ids, mask)) if cuda_graphs else None,
         "failed": failed,
         "acceptance": acceptance if lossless_ks else None,
         "num_layers": L,
@@ -163,6 +166,7 @@ def _decoders(
         decoders["-compiled-plan"] = SkipDecoder(model, compile=True, compile_graph="plan")
     if cuda_graphs:
         decoders["-graphs"] = SkipDecoder(model, compile=CUDA_GRAPH_MODE)
+        decoders["-step"] = SkipDecoder(model, compile=CUDA_GRAPH_MODE, compile_graph="step")
     return decoders
 
 

@@ -1,0 +1,55 @@
+"""Watch what decode code does to the device: which tensors an op writes in place, and every
+host sync (an ``item``/``bool``/``int``/``tolist``/``nonzero`` that reads a device value)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+SYNC_METHODS = ("item", "__bool__", "__int__", "tolist", "nonzero")
+
+
+class Writes(TorchDispatchMode):
+    """Every tensor an op writes in place (by storage address) while the mode is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.mutated: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = args[i] if i < len(args) else kwargs.get(arg.name)
+                if isinstance(value, torch.Tensor):
+                    self.mutated.add(value.untyped_storage().data_ptr())
+        return func(*args, **kwargs)
+
+
+class Syncs:
+    """Host syncs made while :meth:`inside` is open (``names``: the methods called)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.names: list[str] = []
+        self._depth = 0
+        for name in SYNC_METHODS:
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor, *a, _original=original, _name=name, **k):
+                if self._depth:
+                    self.names.append(_name)
+                return _original(tensor, *a, **k)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
