@@ -142,7 +142,9 @@ class StepGraphs:
         self.adapter: DecoderAdapter = compiled.adapter
         self.limit = limit
         self.states: dict[tuple[int, int], StepState] = {}
-        self.graphs: OrderedDict[tuple, tuple[Callable[[], Any], tuple[int, ...]]] = OrderedDict()
+        self.graphs: OrderedDict[tuple, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = (
+            OrderedDict()
+        )
         self.recorded = 0  # whole steps recorded (evicted ones included)
         self.evicted = 0
         self.record_seconds = 0.0  # spent recording (compiling the first of a kind included)
@@ -184,7 +186,7 @@ class StepGraphs:
         else:
             self.graphs.move_to_end(key)
         replay, recorded = known
-        if tuple(t.data_ptr() for t in buffers) != recorded:
+        if any(a is not b for a, b in zip(buffers, recorded, strict=True)):
             raise RuntimeError(
                 f"the cache's buffers for plan {plan} are not the ones its whole-step graph was "
                 "recorded with; on the CUDA-graph path the cache comes from the decoder's pool "
@@ -194,7 +196,7 @@ class StepGraphs:
 
     def _record(
         self, state: StepState, plan: tuple[int, ...], buffers: tuple[torch.Tensor, ...], stop: bool
-    ) -> tuple[Callable[[], Any], tuple[int, ...]]:
+    ) -> tuple[Callable[[], Any], tuple[torch.Tensor, ...]]:
         compiled, adapter = self.compiled, self.adapter
         modules = [compiled._modules[i] for i in plan]
 
@@ -217,4 +219,4 @@ class StepGraphs:
         self.record_seconds += seconds
         compiled.compile_seconds += seconds  # never counted as decoding
         self.recorded += 1
-        return replay, tuple(t.data_ptr() for t in buffers)
+        return replay, buffers
