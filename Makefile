@@ -184,11 +184,15 @@ GPU_DEVICE ?= cuda
 GPU_SHAPES = $(if $(filter paper,$(SIZES)),opt-1.3b opt-6.7b,$(if $(filter tiny,$(SIZES)),tiny,smollm2-135m))
 GPU_DTYPE = $(if $(filter cuda,$(GPU_DEVICE)),bfloat16,float32)
 GPU_OUT = $(if $(filter cuda,$(GPU_DEVICE)),results/bench,outputs/bench)
-# the lossless rows: SmolLM2's trained 10-layer draft's tokens per round (CPU) over the GPU's
-# round cost; the tiny dry run drafts 4 of its 8 layers (no acceptance: ms per round)
-GPU_LOSSLESS = $(if $(filter paper,$(SIZES)),,$(if $(filter tiny,$(SIZES)),--lossless-ks 2 3 --draft-budget 4,--lossless-ks 2 3 --draft-budget 10 --acceptance results/bench/speculative-budgets-b10.json))
+# the lossless rows, host-driven and sync-free, each timed with the tokens its own rounds yielded
+# (random weights: a round's cost; the tiny dry run drafts 4 of its 8 layers)
+GPU_LOSSLESS = $(if $(filter paper,$(SIZES)),,$(if $(filter tiny,$(SIZES)),--lossless-ks 2 3 --draft-budget 4,--lossless-ks 2 3 --draft-budget 10))
 
-bench-gpu: $(STAMP) ## Decode on the CUDA-graph path beside compiled generate and the lossless rounds (bf16, random weights, batch 1/8/32, 10 repeats, both floors; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-SIZES
+bench-gpu: $(STAMP) ## GPU checks (tests/gpu), then decode on per-layer and whole-step CUDA graphs, lossless rounds host-driven and sync-free, beside the gpt-fast-style loop and compiled generate (bf16, random weights, batch 1/8/32; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-SIZES
+	@mkdir -p $(GPU_OUT)
+	@SKIPDECODE_GPU_TEST_DEVICE=$(GPU_DEVICE) $(OFFLINE) $(PY) -m pytest -m gpu tests/gpu -q -s \
+		-p no:cacheprovider > $(GPU_OUT)/gpu-tests-$(SIZES).log 2>&1; rc=$$?; \
+		cat $(GPU_OUT)/gpu-tests-$(SIZES).log; exit $$rc
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 8 32 --prompt-len 32 \
 		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs \
 		$(GPU_LOSSLESS) --dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)

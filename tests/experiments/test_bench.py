@@ -376,7 +376,8 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
     beside the compiled ones (the eager path times the full schedule only), warmed up twice;
     the cell reports the graphs compiled and recorded while timed (none), the CUDA-graph skips
     (a CPU has no graphs: counted, not hidden), and each graph variant's tokens against the
-    compiled path's; the lossless rows time a round (no acceptance given: no time per token)
+    compiled path's, each whole-step variant's against the per-layer graphs'; the lossless rows
+    (host-driven and sync-free) time a round, divide it by the tokens their own rounds yielded,
     and equal the full model's tokens."""
     main(
         ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "6",
@@ -392,16 +393,24 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
         rows["skipdecode-2x-compiled"]["layers_per_token"]
     )
     assert graphs["tokens_equal"] == "skipdecode-2x-compiled" and graphs["tokens_equal_reference"]
-    lossless = rows["lossless-k2-b4-graphs"]
-    assert (
-        lossless["tokens_equal"] == "skipdecode-full-graphs" and lossless["tokens_equal_reference"]
-    )
-    assert lossless["ms_per_round"] > 0 and lossless["decode_ms_per_step"] is None
+    step = rows["skipdecode-2x-step"]
+    assert step["tokens_equal"] == "skipdecode-2x-graphs" and step["tokens_equal_reference"]
+    assert step["measured_speedup"] > 0 and "ideal_speedup" not in step
+    for suffix in ("graphs", "step"):
+        lossless = rows[f"lossless-k2-b4-{suffix}"]
+        assert lossless["tokens_equal"] == f"skipdecode-full-{suffix}"
+        assert lossless["tokens_equal_reference"]
+        tpr = lossless["tokens_per_round"]
+        assert 1 <= tpr <= 3 and lossless["ms_per_round"] > 0
+        assert lossless["decode_ms_per_step"] == pytest.approx(lossless["ms_per_round"] / tpr)
+    (costs_32, costs_256) = cell["step_graphs"]
+    assert (costs_32["new_tokens"], costs_256["new_tokens"]) == (32, 256)
+    assert costs_32["graphs_recorded"] == costs_32["plans"] > 1 and costs_32["graph"] == "step"
     assert cell["graphs_compiled_while_timed"] == 0 and cell["cudagraph_skips"] >= 0
     assert cell["graphs_recorded_while_timed"] == 0 and cell["failed"] == {}
     table = (tmp_path / "graphs.md").read_text()
     assert "| CUDA-graph skips | graphs recorded while timed | failed |" in table
-    assert "ms a round (no --acceptance" in table
+    assert "tokens a round, both measured in this run" in table
 
 
 def test_bench_lossless_time_per_token_from_the_cpu_acceptance_record(tmp_path):

@@ -192,6 +192,8 @@ class CompiledLayers:
             )
         # graph="step": whole-step recordings; passes that cannot use them run per-layer ones
         self.steps: StepGraphs | None = StepGraphs(self) if graph == "step" else None
+        # graph="step" in the lossless mode: sync-free rounds, made on first use
+        self.rounds: Any = None
 
     def _first(self, key: tuple, rows: int, weights: Sequence[torch.Tensor], fn, *args):
         """The first call for ``key`` (a layer kind or the head, and the shapes): the forms

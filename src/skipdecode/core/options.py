@@ -118,7 +118,10 @@ class DecodeOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DecodeOptions:
-        """From a benchmark's ``--compile`` and ``--plan-graphs``."""
+        """From a benchmark's ``--compile`` and ``--plan-graphs``, or ``--step-graphs`` (the
+        CUDA-graph path with whole-step graphs and sync-free rounds)."""
+        if getattr(args, "step_graphs", False):
+            return cls(compile=CUDA_GRAPH_MODE, compile_graph="step", names=CLI_NAMES)
         return cls(
             compile=bool(getattr(args, "compile", False)),
             compile_graph="plan" if getattr(args, "plan_graphs", False) else "layer",

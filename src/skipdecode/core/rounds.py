@@ -22,6 +22,7 @@ __all__ = [
     "RoundView",
     "Rows",
     "SpeculativeResult",
+    "kept_rows",
     "speculative_output",
 ]
 
@@ -44,6 +45,8 @@ class SpeculativeResult:
     lengths: list[int] = field(default_factory=list)  # tokens per row, EOS included
     compile_seconds: float = 0.0  # the compiled path's compiling during the call, not decoding
     compiled: bool = False  # the passes ran on the decoder's compiled path
+    graph: str | None = None  # "round": sync-free rounds (core.device_rounds)
+    graph_fallback: str | None = None  # why they were asked for and not used
 
 
 def speculative_output(
@@ -72,6 +75,8 @@ def speculative_output(
             speculation=result.counts,
             compile_seconds=result.compile_seconds,
             compiled=result.compiled,
+            graph=result.graph,
+            graph_fallback=result.graph_fallback,
         ),
     )
 
@@ -223,3 +228,16 @@ class PaceBook:
     def finish(self, spec: Any, batch: int, pace: Pace) -> None:
         if pace.off and not pace.judged_before:
             self.plain_since[(id(spec), batch)] = (spec, 0)
+
+
+def kept_rows(live: torch.Tensor, bucketed: bool) -> torch.Tensor:
+    """The rows a compaction keeps, in order: the live ones, and where ``bucketed`` (the
+    compiled path) as many finished ones beside them as fill the next power of two, so that the
+    batch sizes a call passes through are buckets its pool and graphs share across calls
+    rather than one shape per live count. A finished row proposes and emits nothing."""
+    keep = live.nonzero().squeeze(1)
+    if not bucketed:
+        return keep
+    bucket = 1 << (len(keep) - 1).bit_length()
+    filler = (~live).nonzero().squeeze(1)[: bucket - len(keep)]
+    return torch.cat([keep, filler]).sort().values

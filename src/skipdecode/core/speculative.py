@@ -64,6 +64,7 @@ import torch
 
 from .clock import now
 from .compiled import CompileTime, bucketed_capacity
+from .device_rounds import device_generate, device_refusal
 from .draft_verify import SkipDecoder, speculative_round
 from .rounds import (
     Pace,
@@ -72,6 +73,7 @@ from .rounds import (
     RoundView,
     Rows,
     SpeculativeResult,
+    kept_rows,
     speculative_output,
 )
 from .sampling import SamplingConfig, select_next
@@ -109,19 +111,44 @@ def speculative_generate(
     the cache and the live rows after every round (for tests and inspection); ``profile``
     times the parts of every round (``counts.phase_seconds``); ``paces``: the decoder's
     ``auto_off`` verdicts from earlier calls (a fresh judgement per call without it)."""
+    whole = decoder.compiled is not None and decoder.compiled.graph == "step"
+    stops = list(eos_ids) if stop else []
+    watched = on_round is not None or profile
+    why = device_refusal(spec, sampling, stops, max_new_tokens, watched) if whole else None
+    if whole and why is None:
+        return device_generate(decoder, input_ids, attention_mask, spec, max_new_tokens, stops,
+                               pad_id)  # fmt: skip
+    return _host_driven(decoder, input_ids, attention_mask, spec, max_new_tokens, sampling,
+                        eos_ids, pad_id, stop, on_round, profile, paces, why)  # fmt: skip
+
+
+def _host_driven(
+    decoder: SkipDecoder,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    spec: Speculation,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    stop: bool,
+    on_round: Callable[[RoundView], None] | None,
+    profile: bool,
+    paces: PaceBook | None,
+    why: str | None,
+) -> SpeculativeResult:
+    """:func:`speculative_generate` with the host driving each round (:mod:`.draft_verify`);
+    ``why``: the reason the sync-free rounds were asked for and not used, if they were."""
     B, P = input_ids.shape
     N = max_new_tokens
     device = input_ids.device
     generator = sampling.generator(device)
     eos = torch.tensor(list(eos_ids) if stop and eos_ids else [-1], device=device)
-    out = torch.full((B, N), pad_id, dtype=torch.long, device=device)
-    counts = SpeculationCounts()
-    result = SpeculativeResult(out, [], [], counts, 0.0, 0.0)
-    compiled = decoder.compiled
+    result = _new_result(decoder, torch.full((B, N), pad_id, dtype=torch.long, device=device), why)
+    out, counts, compiled = result.generated, result.counts, decoder.compiled
     capacity = P + N + spec.k + 1
     cache = decoder.new_cache(B, capacity if compiled is None else bucketed_capacity(capacity))
     compiling = CompileTime(compiled)
-    result.compiled = compiled is not None
     subset = None if spec.draft_vocab is None else SubsetHead(decoder.adapter, spec.draft_vocab)
 
     t0 = now(device)
@@ -171,6 +198,17 @@ def speculative_generate(
     return result
 
 
+def _new_result(decoder: SkipDecoder, out: torch.Tensor, why: str | None) -> SpeculativeResult:
+    """A host-driven call's result, before any pass: which path its passes run on, and why not
+    the sync-free rounds where they were asked for (``why``)."""
+    result = SpeculativeResult(out, [], [], SpeculationCounts(), 0.0, 0.0, graph_fallback=why)
+    compiled = decoder.compiled
+    result.compiled = compiled is not None
+    if compiled is not None:  # whole-step graphs asked for: the rounds' passes run per layer
+        result.graph = "layer" if compiled.graph == "step" else compiled.graph
+    return result
+
+
 def _start_pace(
     spec: Speculation, paces: PaceBook | None, batch: int, counts: SpeculationCounts
 ) -> Pace | None:
@@ -208,19 +246,6 @@ def _prepare_round(
     cache.reserve(column + (spec.k if compiled else m_max) + 1)
     state.reserve(column + m_max + 1)
     return state, remaining, m_max, plain
-
-
-def kept_rows(live: torch.Tensor, bucketed: bool) -> torch.Tensor:
-    """The rows a compaction keeps, in order: the live ones, and where ``bucketed`` (the
-    compiled path) as many finished ones beside them as fill the next power of two, so that the
-    batch sizes a call passes through are buckets its pool and graphs share across calls
-    rather than one shape per live count. A finished row proposes and emits nothing."""
-    keep = live.nonzero().squeeze(1)
-    if not bucketed:
-        return keep
-    bucket = 1 << (len(keep) - 1).bit_length()
-    filler = (~live).nonzero().squeeze(1)[: bucket - len(keep)]
-    return torch.cat([keep, filler]).sort().values
 
 
 def _write_round(out: torch.Tensor, state: Rows, final_lengths: torch.Tensor) -> None:

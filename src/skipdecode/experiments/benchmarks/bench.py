@@ -76,6 +76,7 @@ def bench_decode(
     draft_budget: int = 10,
     acceptance: dict[str, Any] | None = None,
     compiled_generate: bool = True,
+    step_costs: bool = True,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median and quartiles of ``repeats``,
     compile time apart. ``compile``: transformers' compiled ``generate`` (unless not
@@ -85,7 +86,8 @@ def bench_decode(
     recorded while timed (all must be 0); the eager path then times full only. Each variant's
     tokens against its reference's (``-graphs``: the compiled path's). ``lossless_ks``: the
     lossless rounds on the graph path (:mod:`.bench_lossless`). ``limits``: each row's floors.
-    A variant that raises while warming up is left out and its error recorded."""
+    A variant that raises while warming up is left out and its error recorded. ``step_costs``:
+    what whole-step graphs cost to keep (:mod:`.bench_step_graphs`), after the timed calls."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
     decoders = _decoders(model, compile, plan_graphs, cuda_graphs)
@@ -119,7 +121,7 @@ def bench_decode(
         "graphs_compiled_while_timed": compiled_while_timed,
         "graphs_recorded_while_timed": recorded if cuda_graphs else None,
         # whole-step graphs: how many a 2x decode records at 32 and 256 new tokens, and their cost
-        "step_graphs": step_graph_costs(model, (ids, mask)) if cuda_graphs else None,
+        "step_graphs": step_graph_costs(model, (ids, mask)) if cuda_graphs and step_costs else None,
         "failed": failed,
         "acceptance": acceptance if lossless_ks else None,
         "num_layers": L,
@@ -244,9 +246,11 @@ def _variants(
             variants[name + suffix] = lambda d=decoder, s=sched: run_skip(d, s)
     ks, budget = lossless
     if cuda_graphs and ks:
-        graphs = decoders["-graphs"]
-        full = "skipdecode-full-graphs"
-        variants |= lossless_variants(graphs, ids, mask, new_tokens, ks, budget, reference=full)
+        for suffix in ("-graphs", "-step"):  # host-driven and sync-free rounds
+            full = f"skipdecode-full{suffix}"
+            variants |= lossless_variants(
+                decoders[suffix], ids, mask, new_tokens, ks, budget, reference=full
+            )
     return variants
 
 
@@ -361,6 +365,7 @@ def main(argv: list[str] | None = None) -> None:
                     draft_budget=args.draft_budget,
                     acceptance=acceptance,
                     compiled_generate=args.compiled_generate,
+                    step_costs=b == args.batch_sizes[0],
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)

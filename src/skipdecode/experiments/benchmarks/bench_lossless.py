@@ -1,11 +1,13 @@
-"""The lossless mode's rounds in the decode benchmark, on random weights.
+"""The lossless mode's rounds in the decode benchmark: host-driven (``-graphs``) and sync-free
+(``-step``, :mod:`skipdecode.core.device_rounds`) on the CUDA-graph path.
 
-A random-weight model accepts almost none of its draft's tokens, so what the benchmark measures
-is the cost of a round (``k`` draft passes through a constant plan of ``budget`` layers, then one
-verify pass of every layer over ``k + 1`` positions), which acceptance does not change. The time
-per token divides that cost by the tokens a round yields with a *trained* draft, measured on the
-CPU (``--acceptance``: a record of :mod:`~skipdecode.experiments.benchmarks.bench_speculative`
-run with ``--draft-budget``, its tokens per verify at each ``k``), and the row says so.
+A round is ``k`` draft passes through a constant plan of ``budget`` layers, then one verify pass
+of every layer over ``k + 1`` positions. The time per token is the time a round takes over the
+tokens a round yielded, both measured in the same run on the same device: with the model's own
+weights, so a random-weight model (which accepts almost none of its draft's tokens) shows what
+a round costs, and a trained model what it pays. Older records divided the round by a trained
+draft's tokens per verify measured on a CPU (``--acceptance``); those rows say so and are never
+shown as measurements.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def lossless_variants(
                 "decode_s": out.stats.decode_seconds,
                 "compile_s": out.stats.compile_seconds,
                 "steps": spec.rounds,
+                # tokens a round yields, measured here: the steps full needs per round
+                "tokens_per_round": (new_tokens - 1) / max(spec.rounds, 1),
                 "layers_per_token": float(k * budget + L),  # a round; per token later
                 "generated": out.generated_ids,
                 "reference": reference,
@@ -94,8 +98,10 @@ def lossless_variants(
 
 
 def lossless_rows(rows: dict[str, dict[str, Any]], acceptance: dict[str, Any] | None) -> None:
-    """A lossless row's measured ms per round kept as such, and its ms per token from the CPU's
-    tokens per verify (where given), in the column every other row's ms per step is in."""
+    """A lossless row's measured ms per round kept as such, and its ms per token in the column
+    every other row's ms per step is in: from the tokens its own rounds yielded (measured where
+    the time is), or, where ``acceptance`` is given (older records' composite), from the CPU's
+    tokens per verify."""
     for name, r in rows.items():
         if not name.startswith("lossless-k"):
             continue
@@ -104,9 +110,14 @@ def lossless_rows(rows: dict[str, dict[str, Any]], acceptance: dict[str, Any] | 
         r["ms_per_round_q1"], r["ms_per_round_q3"] = r.pop("decode_ms_q1"), r.pop("decode_ms_q3")
         for key in ("tokens_per_s", "decode_tokens_per_s"):  # random weights' acceptance
             r.pop(key, None)
-        if acceptance is None:
-            r["decode_ms_per_step"] = None
-            r["flag"] = f"{r['ms_per_round']:.2f} ms a round (no --acceptance: no time per token)"
+        if acceptance is None:  # measured: this run's rounds on this device
+            tpr = r["tokens_per_round"]
+            r["decode_ms_per_step"] = r["ms_per_round"] / tpr
+            r["layers_per_token"] = r["layers_per_token"] / tpr
+            r["flag"] = (
+                f"per token: {r['ms_per_round']:.2f} ms a round / {tpr:.2f} tokens a round, "
+                "both measured in this run"
+            )
             continue
         tpv = acceptance["tokens_per_verify"][k]
         r["tokens_per_round_cpu"] = tpv
@@ -119,6 +130,8 @@ def lossless_rows(rows: dict[str, dict[str, Any]], acceptance: dict[str, Any] | 
 
 
 def _suffix(decoder: SkipDecoder) -> str:
+    if decoder.options.compile_graph == "step":
+        return "-step"  # sync-free rounds (core.device_rounds)
     if decoder.options.cuda_graphs:
         return "-graphs"
     return "-compiled" if decoder.compiled is not None else ""

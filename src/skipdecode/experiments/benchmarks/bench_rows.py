@@ -41,6 +41,8 @@ def variant_rows(
             "layers_per_token": runs[0]["layers_per_token"],
             "compiled": name.endswith(compiled_suffixes),
         }
+        if "tokens_per_round" in runs[0]:  # the lossless rounds': measured in each run
+            rows[name]["tokens_per_round"] = statistics.median(r["tokens_per_round"] for r in runs)
         reference = warm[name].get("reference") or reference_of(name)
         if reference in warm and "generated" in warm[name]:
             rows[name]["tokens_equal"] = reference

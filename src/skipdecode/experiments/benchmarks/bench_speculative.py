@@ -276,7 +276,7 @@ def bench_speculative(
     draft_budgets: tuple[int, ...] = (),
     workload: Workload | None = None,
     auto_off: bool = False,
-    compile: bool = False,
+    compile: bool | str = False,
     draft_budget: int | None = None,
     draft_vocab: int | None = None,
     draft_warmup: int = 1,
@@ -342,7 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     started = started_provenance(p)
     check_counts(p, args)
-    compile_graph = decode_options_of(p, args).compile_graph
+    options = decode_options_of(p, args)
+    compile_graph = options.compile_graph
     check_drafts(p, args)
     model, tokenizer, path = load_bench_model(args.model, args.dtype, args.device)
     try:
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
             tuple(args.draft_budgets),
             workload,
             args.auto_off,
-            args.compile,
+            options.compile,
             args.draft_budget,
             args.draft_vocab,
             args.draft_warmup,

@@ -79,6 +79,12 @@ def parser(description: str) -> argparse.ArgumentParser:
         "one compiled graph for all of a pass's layers (one compile per layer set: meant "
         "for constant drafts) instead of one per layer kind",
     )
+    p.add_argument(
+        "--step-graphs",
+        action="store_true",
+        help="every variant on the CUDA-graph path with whole-step graphs and, for constant "
+        "greedy drafts, sync-free rounds (core.device_rounds); replaces --compile",
+    )
     add_run_options(p, name="speculative")  # --no-transformers: this benchmark has no peer
     return p
 
