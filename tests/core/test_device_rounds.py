@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_watch import Syncs, Writes
+from device_watch import Syncs, Writes, pool_storages, storages
 from tiny_models import PAD, left_padded_batch, tiny_llama
 
 from skipdecode.core import compiled as compiled_module
@@ -75,13 +75,8 @@ def test_device_rounds_write_only_their_state_and_the_cache_and_never_sync(decod
     monkeypatch.setattr(graphs, "round", watched)
     out = steps.generate(ids, _lossless(2), NEW, mask, eos_token_id=[])
     assert out.stats.graph == "round" and rounds
-    pool = {
-        t.untyped_storage().data_ptr()
-        for shape in steps.pool.shapes
-        for buffers in steps.pool.buffers(*shape)
-        for t in buffers
-    }
-    state = {t.untyped_storage().data_ptr() for s in graphs.states.values() for t in s.tensors()}
+    pool = pool_storages(steps)
+    state = storages(t for s in graphs.states.values() for t in s.tensors())
     assert writes.mutated and writes.mutated <= pool | state
     assert writes.mutated & pool and writes.mutated & state
     assert syncs.names == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_watch import Syncs, Writes
+from device_watch import Syncs, Writes, pool_storages, storages
 from tiny_models import left_padded_batch, tiny_llama
 
 from skipdecode.core import compiled as compiled_module
@@ -97,13 +97,8 @@ def test_step_graphs_a_step_writes_only_its_state_and_the_cache_and_never_syncs(
     schedule = linear_for_speedup(6, target_speedup=2, expected_length=NEW)
     out = steps.generate(ids, schedule, NEW, mask, eos_token_id=EOS_IDS)
     assert out.stats.graph == "step" and out.stats.decode_steps == NEW - 1
-    pool = {
-        t.untyped_storage().data_ptr()
-        for shape in steps.pool.shapes
-        for buffers in steps.pool.buffers(*shape)
-        for t in buffers
-    }
-    state = {t.untyped_storage().data_ptr() for s in graphs.states.values() for t in s.written()}
+    pool = pool_storages(steps)
+    state = storages(t for s in graphs.states.values() for t in s.written())
     assert writes.mutated and writes.mutated <= pool | state
     assert writes.mutated & pool and writes.mutated & state
     assert syncs.names == []

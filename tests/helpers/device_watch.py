@@ -53,3 +53,14 @@ class Syncs:
             yield
         finally:
             self._depth -= 1
+
+
+def storages(tensors) -> set[int]:
+    """The storage addresses of ``tensors``."""
+    return {t.untyped_storage().data_ptr() for t in tensors}
+
+
+def pool_storages(decoder) -> set[int]:
+    """The storage addresses of every cache buffer in ``decoder``'s pool."""
+    pool = decoder.pool
+    return storages(t for shape in pool.shapes for bufs in pool.buffers(*shape) for t in bufs)

@@ -49,7 +49,7 @@ import torch
 from .acceptance import accept_greedy
 from .clock import now
 from .compiled import CompileTime, bucketed_capacity
-from .rounds import SpeculativeResult, kept_rows
+from .rounds import SpeculativeResult, kept_rows, timed_prefill
 from .sampling import SamplingConfig
 from .stats import SpeculationCounts
 from .step import Speculation
@@ -284,12 +284,8 @@ def device_generate(
     compiling = CompileTime(compiled)
     result = SpeculativeResult(input_ids.new_full((B, N), pad_id), [], [], SpeculationCounts(),
                                0.0, 0.0, compiled=True, graph="round")  # fmt: skip
-    t0 = now(device)
-    logits = decoder.prefill(input_ids, attention_mask, cache, maskless=False)
-    t1 = now(device)
-    result.prefill_seconds = t1 - t0
+    logits, t1 = timed_prefill(result, decoder, input_ids, attention_mask, cache)
     if N == 0:
-        result.lengths = [0] * B
         return result
     state = graphs.state(B, capacity, k, device)
     _start(state, logits.argmax(-1), attention_mask, eos_ids, pad_id, N)

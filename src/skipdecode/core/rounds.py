@@ -23,6 +23,7 @@ __all__ = [
     "Rows",
     "SpeculativeResult",
     "kept_rows",
+    "timed_prefill",
     "speculative_output",
 ]
 
@@ -241,3 +242,18 @@ def kept_rows(live: torch.Tensor, bucketed: bool) -> torch.Tensor:
     bucket = 1 << (len(keep) - 1).bit_length()
     filler = (~live).nonzero().squeeze(1)[: bucket - len(keep)]
     return torch.cat([keep, filler]).sort().values
+
+
+def timed_prefill(
+    result: SpeculativeResult, decoder: Any, input_ids: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> tuple[torch.Tensor, float]:
+    """The prefill of a speculative call, timed into ``result`` (whose lengths are all 0 when it
+    generates nothing): its logits and the clock after it."""
+    device = input_ids.device
+    t0 = now(device)
+    logits = decoder.prefill(input_ids, mask, cache, maskless=False)
+    t1 = now(device)
+    result.prefill_seconds = t1 - t0
+    if result.generated.shape[1] == 0:
+        result.lengths = [0] * input_ids.shape[0]
+    return logits, t1

@@ -75,6 +75,7 @@ from .rounds import (
     SpeculativeResult,
     kept_rows,
     speculative_output,
+    timed_prefill,
 )
 from .sampling import SamplingConfig, select_next
 from .stats import SpeculationCounts
@@ -151,12 +152,8 @@ def _host_driven(
     compiling = CompileTime(compiled)
     subset = None if spec.draft_vocab is None else SubsetHead(decoder.adapter, spec.draft_vocab)
 
-    t0 = now(device)
-    logits = decoder.prefill(input_ids, attention_mask, cache, maskless=False)
-    t1 = now(device)
-    result.prefill_seconds = t1 - t0
+    logits, t1 = timed_prefill(result, decoder, input_ids, attention_mask, cache)
     if N == 0:
-        result.lengths = [0] * B
         return result
     clock = PhaseClock(device, counts.phase_seconds if profile else None, compiling.seconds)
     pace = _start_pace(spec, paces, B, counts)
