@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 from exports import compose, make_exported_dir
 from offline_env import offline_env
+from wandb_offline import read_offline_run
 
-from skipdecode.experiments.search.front import best_trial, pareto_front, write_front
+from skipdecode.experiments.search.front import (
+    best_trial,
+    pareto_front,
+    per_schedule_points,
+    write_front,
+)
 from skipdecode.experiments.search.trial import SearchError, search_trial
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +65,16 @@ def test_a_search_scores_trials_on_validation_replays_them_and_marks_the_front(m
         "quality_floor=-100", *FAST,
     ]  # fmt: skip
     env = offline_env(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
-    subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    logged = [*argv, "wandb.enabled=true"]  # the first run logs each trial to W&B (offline)
+    subprocess.run(logged, cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
     trials = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/trial.json"))]
     assert len(trials) == 3
+    for job, trial in zip(sorted(p.parent for p in sweep.glob("*/trial.json")), trials):
+        (run,) = (job / "wandb").glob("offline-run-*")
+        wandb_run = read_offline_run(run)
+        assert wandb_run["group"] == "schedule_search" and wandb_run["job_type"] == "search_trial"
+        assert wandb_run["summary"]["search/speed"] == pytest.approx(trial["speed"])
+        assert wandb_run["summary"]["search/delta"] == pytest.approx(trial["delta"])
     records = [json.loads(p.read_text()) for p in cache.glob("*/record.json")]
     assert records and {r["dataset"]["split"] for r in records} == {"validation"}
     before = sorted(p.name for p in cache.iterdir())
@@ -69,9 +82,10 @@ def test_a_search_scores_trials_on_validation_replays_them_and_marks_the_front(m
     assert sorted(p.name for p in cache.iterdir()) == before  # every trial replayed from cache
     again = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/trial.json"))]
     assert [(t["speed"], t["delta"]) for t in again] == [(t["speed"], t["delta"]) for t in trials]
-    paths = write_front(sweep)
+    paths = write_front(sweep, against=ROOT / "results" / "scitldr_randomized")
     page = paths["md"].read_text()
     assert "never the test split" in page and paths["png"].is_file()
+    assert "Beside the front" in page and "| target_2x | 1.86x |" in page
 
 
 def test_the_front_and_the_best_schedule():
@@ -85,3 +99,12 @@ def test_the_front_and_the_best_schedule():
     assert pareto_front(trials) == ["0", "1", "3"]  # 2 is slower and worse than 1
     assert best_trial(trials)["trial"] == "1"
     assert best_trial([t for t in trials if not t.get("feasible")]) is None
+
+
+def test_the_per_schedule_cells_beside_the_front_are_the_published_ones():
+    """SciTLDR's per-schedule target_2x cell: ROUGE-L max 2.42 below its full cell (README)."""
+    points = per_schedule_points(ROOT / "results/scitldr_randomized/one_model.csv", "rougeL_max")
+    by_schedule = {p["schedule"]: p for p in points}
+    assert "full" not in by_schedule
+    assert by_schedule["target_2x"]["delta"] == pytest.approx(-2.42, abs=0.005)
+    assert by_schedule["target_2x"]["speed"] == pytest.approx(1.856, abs=0.001)

@@ -5,9 +5,13 @@ trial (its schedule, measured decode speedup, quality difference from full, whet
 floor), the Pareto front over the two objectives (no other trial is at least as fast and at
 least as good, and better in one), and the best schedule: the fastest trial that meets the
 floor. Writes ``search.md``, ``search.csv`` and ``search_front.png`` (every trial, the front
-joined) into ``--out`` (default: the sweep folder), each whole or not at all.
+joined) into ``--out`` (default: the sweep folder), each whole or not at all. ``--against`` a
+published randomized model's folder (its ``one_model.csv``) puts the per-schedule fine-tuned
+cells beside the front: their measured decode speedup and quality difference from their own
+full cell, on the test split (the trials' are on the validation subset; the page says so).
 
     python -m skipdecode.experiments.search.front outputs/search/<time> [--out results/...]
+        [--against results/scitldr_randomized]
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from ...io import read_json_or_none, write_text_atomic
 from ..sweeps.table import csv_text
-from .trial import TRIAL_FILE
+from .trial import METRICS, TRIAL_FILE
 
 __all__ = ["best_trial", "pareto_front", "read_trials", "write_front"]
 
@@ -57,8 +61,33 @@ def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return max(feasible, key=lambda t: (t["speed"], t["delta"]), default=None)
 
 
+def per_schedule_points(one_model_csv: Path, metric: str) -> list[dict[str, Any]]:
+    """The per-schedule fine-tuned cells of a randomized model's ``one_model.csv``: each
+    schedule's measured decode speedup and ``metric`` difference from the full cell (the
+    page's scale), test split."""
+    import csv
+
+    rows = list(csv.DictReader(one_model_csv.open()))
+    column = f"per_schedule_{metric}"
+    full = next((r for r in rows if r["schedule"] == "full"), None)
+    if full is None or column not in full or not full[column]:
+        raise ValueError(f"{one_model_csv} has no full row with {column}")
+    points = []
+    for r in rows:
+        speed = r.get("per_schedule_measured_speedup_decode")
+        if r["schedule"] == "full" or not speed or not r.get(column):
+            continue
+        delta = METRICS[metric] * (float(r[column]) - float(full[column]))
+        points.append({"schedule": r["schedule"], "speed": float(speed), "delta": delta})
+    return points
+
+
 def _plot(
-    trials: Sequence[Mapping[str, Any]], front: Sequence[str], floor: float, path: Path
+    trials: Sequence[Mapping[str, Any]],
+    front: Sequence[str],
+    floor: float,
+    path: Path,
+    beside: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     import matplotlib
 
@@ -76,6 +105,11 @@ def _plot(
         color="C3",
         label="Pareto front",
     )
+    if beside:
+        ax.scatter([p["speed"] for p in beside], [p["delta"] for p in beside], marker="x",
+                   color="C2", label="per-schedule fine-tuned cells (test split)")  # fmt: skip
+        for p in beside:
+            ax.annotate(p["schedule"], (p["speed"], p["delta"]), fontsize=7)
     ax.axhline(floor, color="grey", linestyle="--", label=f"quality floor {floor:+g}")
     ax.set_xlabel("measured decode speedup vs full (validation subset)")
     ax.set_ylabel(f"Δ{ok[0]['metric'] if ok else 'quality'} vs full")
@@ -87,11 +121,17 @@ def _plot(
     tmp.replace(path)
 
 
-def write_front(sweep: Path, out: Path | None = None) -> dict[str, Path] | None:
-    """Write the page, its CSV and the plot; None when the folder holds no trial."""
+def write_front(
+    sweep: Path, out: Path | None = None, against: Path | None = None
+) -> dict[str, Path] | None:
+    """Write the page, its CSV and the plot; None when the folder holds no trial. ``against``:
+    a randomized model's folder whose per-schedule cells go beside the front."""
     trials = read_trials(sweep)
     if not trials:
         return None
+    beside = [] if against is None else per_schedule_points(
+        against / "one_model.csv", trials[0].get("metric")
+    )  # fmt: skip
     out = out or sweep
     out.mkdir(parents=True, exist_ok=True)
     front = pareto_front(trials)
@@ -136,9 +176,20 @@ def write_front(sweep: Path, out: Path | None = None) -> dict[str, Path] | None:
             f"{t['delta']:+.2f} | {'yes' if t.get('feasible') else 'no'} | "
             f"{'yes' if t['trial'] in front else ''} |"
         )
+    if beside:
+        lines += [
+            "",
+            f"Beside the front (the plot's crosses): the per-schedule fine-tuned cells of "
+            f"`{against.as_posix()}`, each against its own full cell on the test split (the "
+            "trials above are on the validation subset, against the searched model's full).",
+            "",
+            "| per-schedule cell | speedup | Δ |",
+            "|---|---|---|",
+            *(f"| {p['schedule']} | {p['speed']:.2f}x | {p['delta']:+.2f} |" for p in beside),
+        ]
     paths = {"md": out / "search.md", "csv": out / "search.csv", "png": out / "search_front.png"}
     write_text_atomic(paths["csv"], csv_text(rows, COLUMNS))
-    _plot(trials, front, floor, paths["png"])
+    _plot(trials, front, floor, paths["png"], beside)
     write_text_atomic(paths["md"], "\n".join(lines) + "\n")
     return paths
 
@@ -147,10 +198,19 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sweep", type=Path, help="the search's sweep folder")
     p.add_argument("--out", type=Path, default=None, help="where to write (default: the sweep)")
+    p.add_argument(
+        "--against", type=Path, default=None,
+        help="a randomized model's results folder (its one_model.csv): the per-schedule cells",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if not args.sweep.is_dir():
         p.error(f"sweep: {str(args.sweep)!r} is not a directory")
-    written = write_front(args.sweep, args.out)
+    if args.against is not None and not (args.against / "one_model.csv").is_file():
+        p.error(f"--against: {str(args.against)!r} has no one_model.csv")
+    try:
+        written = write_front(args.sweep, args.out, args.against)
+    except ValueError as e:
+        p.error(str(e))
     print(written["md"] if written else f"{args.sweep}: no trials")
 
 

@@ -16,7 +16,9 @@ the quality difference from full, both maximised). A trial:
 4. writes ``trial.json`` into its job folder: the schedule, the measured decode speedup, the
    quality difference (``metric``, the page's scale: ROUGE x100, BLEU as is), whether it meets
    ``quality_floor``, and the two records. A schedule that cannot be built is a trial with the
-   worst values and its error.
+   worst values and its error;
+5. with ``wandb.enabled=true``, logs the trial as one W&B run of the search's group (offline by
+   default).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ...schedules import ScheduleError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SearchError", "METRICS", "TRIAL_FILE", "search_trial", "trial_schedule"]
+__all__ = ["SearchError", "METRICS", "TRIAL_FILE", "log_trial", "search_trial", "trial_schedule"]
 
 TRIAL_FILE = "trial.json"
 #: The quality a floor can be set on, and its page scale.
@@ -152,8 +154,45 @@ def search_trial(cfg: Any) -> tuple[float, float]:
         record=str(path),
     )
     write_json_atomic(job / TRIAL_FILE, trial)
+    log_trial(c.get("wandb") or {}, trial, job)
     log.info("trial %s: speed %.3fx, Δ%s %+.3f", schedule, speed, metric, delta)
     return speed, delta
+
+
+def log_trial(wcfg: Mapping[str, Any], trial: Mapping[str, Any], job: Path) -> None:
+    """One W&B run per trial (if enabled, offline by default), grouped by the search: the trial's
+    parameters and schedule as config, its speedup, quality difference and feasibility as
+    summary, and ``trial.json`` as a file; the dashboard plots every trial's quality against its
+    speed."""
+    if not wcfg.get("enabled"):
+        return
+    import wandb
+
+    config = {
+        **{f"search.{k}": v for k, v in (trial.get("search") or {}).items()},
+        "schedule": json.dumps(trial.get("schedule"), sort_keys=True),
+        "metric": trial["metric"],
+        "quality_floor": trial["quality_floor"],
+    }
+    run = wandb.init(
+        project=wcfg.get("project") or "skipdecode",
+        group=wcfg.get("group") or "schedule_search",
+        name=wcfg.get("name") or job.name,
+        job_type="search_trial",
+        mode=wcfg.get("mode") or "offline",
+        dir=str(wcfg.get("dir") or job),
+        config=config,
+        tags=list(wcfg.get("tags") or []),
+        reinit="finish_previous",
+    )
+    try:
+        summary = {f"search/{k}": trial[k] for k in ("speed", "delta", "feasible")}
+        run.log(summary)
+        for k, v in summary.items():
+            run.summary[k] = v
+        run.save(str(job / TRIAL_FILE), base_path=str(job), policy="now")
+    finally:
+        run.finish()
 
 
 def main() -> None:
