@@ -57,10 +57,11 @@ class SkipDecoder:
         given = {k: v for k, v in given.items() if v is not None}
         if options is not None and given:
             raise ValueError(f"give options or {sorted(given)}, not both")
-        self.options = options or DecodeOptions(**given)
         self.model = model
         self.tokenizer = tokenizer
         self.adapter: DecoderAdapter = get_adapter(model)
+        # compile="auto": the fastest exact path for the device, chosen now (core.auto)
+        self.options = (options or DecodeOptions(**given)).resolved(self.device, self.num_layers)
         self.cache_kind = self.options.cache
         # compile=True (or a torch.compile mode): decode passes run compiled (core.compiled), a
         # graph per layer kind or per layer set (compile_graph="plan"); prefill runs eager.

@@ -21,6 +21,7 @@ __all__ = [
     "CACHE_KINDS",
     "CLI_NAMES",
     "CONFIG_NAMES",
+    "AUTO",
     "CUDA_GRAPH_MODE",
     "DEFAULTS",
     "DecodeOptions",
@@ -29,6 +30,8 @@ __all__ = [
 
 #: The torch.compile mode whose graphs are captured and replayed as CUDA graphs.
 CUDA_GRAPH_MODE = "reduce-overhead"
+#: ``compile``'s value that picks the fastest exact path for the device (core.auto).
+AUTO = "auto"
 #: The KV cache a decoder allocates: preallocated to the decode's capacity, or grown per pass.
 CACHE_KINDS = ("static", "dynamic")
 
@@ -55,6 +58,8 @@ class DecodeOptions:
     compile: bool | str = False
     compile_graph: str = "layer"
     names: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    # set by resolved(): what "auto" chose and why (None: chosen by the caller)
+    chosen_because: str | None = field(default=None, compare=False)
 
     def _name(self, key: str) -> str:
         return (self.names or {}).get(key, key)
@@ -65,10 +70,15 @@ class DecodeOptions:
             raise DecodeOptionsError(
                 f"{cache}: {self.cache!r} is not allowed; choose one of {list(CACHE_KINDS)}"
             )
-        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+        if not isinstance(self.compile, bool) and self.compile not in (*COMPILE_MODES, AUTO):
             raise DecodeOptionsError(
-                f"{compile_}: {self.compile!r} is not allowed; false, true, or a torch.compile "
-                f"mode {list(COMPILE_MODES)}"
+                f"{compile_}: {self.compile!r} is not allowed; false, true, {AUTO!r} (the "
+                f"fastest exact path for the device) or a torch.compile mode {list(COMPILE_MODES)}"
+            )
+        if self.compile == AUTO and self.compile_graph != "layer":
+            raise DecodeOptionsError(
+                f"{graph}: {self.compile_graph!r} with {compile_}={AUTO!r}, which chooses the "
+                f"graphs itself; leave {graph} at 'layer' or choose {compile_} yourself"
             )
         if self.compile_graph not in COMPILE_GRAPHS:
             raise DecodeOptionsError(
@@ -91,6 +101,16 @@ class DecodeOptions:
                 f"the preallocated cache in place), not {self.cache!r}"
             )
 
+    def resolved(self, device: Any, num_layers: int) -> DecodeOptions:
+        """These options with ``compile="auto"`` replaced by what it picks for a model of
+        ``num_layers`` layers on ``device`` (:func:`~skipdecode.core.auto.auto_choice`)."""
+        if self.compile != AUTO:
+            return self
+        from .auto import auto_choice
+
+        compile_, graph, why = auto_choice(device, num_layers)
+        return DecodeOptions(self.cache, compile_, graph, self.names, f"auto: {why}")
+
     @property
     def cuda_graphs(self) -> bool:
         """Whether the decode passes replay CUDA graphs (torch.compile's ``reduce-overhead``):
@@ -105,8 +125,11 @@ class DecodeOptions:
         return "default" if self.compile is True else str(self.compile)
 
     def as_dict(self) -> dict[str, Any]:
-        """The options as a record holds them."""
-        return {"cache": self.cache, "compile": self.compile, "compile_graph": self.compile_graph}
+        """The options as a record holds them (and, where ``auto`` chose them, why)."""
+        out = {"cache": self.cache, "compile": self.compile, "compile_graph": self.compile_graph}
+        if self.chosen_because is not None:
+            out["chosen_because"] = self.chosen_because
+        return out
 
     @classmethod
     def from_config(cls, node: Mapping[str, Any] | None) -> DecodeOptions:

@@ -287,7 +287,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
         },
         "generation": {
             **gen,
-            **_decode_options(ev).as_dict(),
+            **s.decoder.options.as_dict(),  # what ran ("auto": what it chose, and why)
             "baseline": baseline,
             "warmup_batches": warmup,
             "repeats": run.repeats,
