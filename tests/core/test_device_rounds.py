@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_watch import Syncs, Writes, pool_storages, storages
+from device_watch import Syncs, Writes, pool_storages, storages, uncompiled
 from tiny_models import PAD, left_padded_batch, tiny_llama
 
 from skipdecode.core import compiled as compiled_module
@@ -63,7 +63,7 @@ def test_device_rounds_write_only_their_state_and_the_cache_and_never_sync(decod
     monkeypatch.setattr(compiled, "_layer", compiled_module._layer_step)
     monkeypatch.setattr(compiled, "_head", steps.adapter.head)
     graphs = compiled.rounds
-    monkeypatch.setattr(graphs, "graphs", {})
+    monkeypatch.setattr(graphs, "graphs", type(graphs.graphs)())  # record anew, watched
     writes, syncs = Writes(), Syncs(monkeypatch)
     one_round, rounds = graphs.round, []
 
@@ -124,3 +124,20 @@ def test_device_rounds_what_they_cannot_do_runs_the_host_driven_round(decoders, 
     assert torch.equal(out.generated_ids, ref.generated_ids)
     watched = steps.generate(ids, _lossless(2), NEW, mask, eos_token_id=[], on_round=print)
     assert watched.stats.graph_fallback.startswith("on_round or profile_rounds")
+
+
+def test_device_rounds_refuse_moved_weights_and_a_rotary_scaling_they_cannot_record(monkeypatch):
+    model = tiny_llama(6)
+    steps = uncompiled(
+        SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
+    )
+    ids, mask = left_padded_batch([5, 9], seed=6)
+    assert steps.generate(ids, _lossless(2), 6, mask, eos_token_id=[]).stats.graph == "round"
+    model.config.rope_scaling = {"rope_type": "dynamic", "factor": 2.0}
+    out = steps.generate(ids, _lossless(2), 6, mask, eos_token_id=[])
+    assert out.stats.graph_fallback == "a rotary scaling that reads the positions on the host"
+    model.config.rope_scaling = None
+    weight = model.model.layers[1].self_attn.q_proj.weight
+    weight.data = weight.data.clone()
+    with pytest.raises(RuntimeError, match="not at the addresses its whole-step graphs"):
+        steps.generate(ids, _lossless(2), 6, mask, eos_token_id=[])

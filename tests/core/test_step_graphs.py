@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_watch import Syncs, Writes, pool_storages, storages
+from device_watch import Syncs, Writes, pool_storages, storages, uncompiled
 from tiny_models import left_padded_batch, tiny_llama
 
-from skipdecode.core import compiled as compiled_module
-from skipdecode.core import step_graphs
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.options import DecodeOptions, DecodeOptionsError
 from skipdecode.schedules import FullSchedule, LinearSchedule, linear_for_speedup
@@ -34,17 +32,6 @@ def _schedules():
         "static 2x": linear_for_speedup(6, target_speedup=2, expected_length=NEW),
         "linear": LinearSchedule(6, 1, 6, 2, 8),
     }
-
-
-def _uncompiled(dec: SkipDecoder, monkeypatch) -> SkipDecoder:
-    """``dec`` with its compiled parts swapped for the plain functions they compile (what a
-    recording runs, without compiling; the compiled parts are checked by the first test)."""
-    compiled, graphs = dec.compiled, dec.compiled.steps
-    monkeypatch.setattr(graphs, "_prologue", step_graphs._prologue)
-    monkeypatch.setattr(graphs, "_epilogue", step_graphs._epilogue)
-    monkeypatch.setattr(compiled, "_layer", compiled_module._layer_step)
-    monkeypatch.setattr(compiled, "_head", dec.adapter.head)
-    return dec
 
 
 def _plans(schedule, steps=NEW - 1):
@@ -84,7 +71,7 @@ def test_step_graphs_a_step_writes_only_its_state_and_the_cache_and_never_syncs(
     _, steps = decoders
     graphs = steps.compiled.steps
     writes, syncs = Writes(), Syncs(monkeypatch)
-    _uncompiled(steps, monkeypatch)
+    uncompiled(steps, monkeypatch)
     monkeypatch.setattr(graphs, "graphs", type(graphs.graphs)())  # record anew, watched
     step = graphs.step
 
@@ -123,7 +110,7 @@ def test_step_graphs_what_a_whole_step_cannot_do_runs_per_layer_graphs(decoders)
 def test_step_graphs_bound_falls_back_past_it_and_evicts_the_least_recent(monkeypatch):
     model = tiny_llama(6)
     eager = SkipDecoder(model)
-    steps = _uncompiled(
+    steps = uncompiled(
         SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
     )
     graphs = steps.compiled.steps
@@ -152,7 +139,7 @@ def test_step_graphs_bound_falls_back_past_it_and_evicts_the_least_recent(monkey
 
 def test_step_graphs_refuse_to_replay_after_the_weights_move(monkeypatch):
     model = tiny_llama(6)
-    steps = _uncompiled(
+    steps = uncompiled(
         SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
     )
     ids, mask = left_padded_batch([5, 9], seed=3)

@@ -567,3 +567,54 @@ def test_a_sharded_cell_on_slurm_composes_as_documented(nodes, gpus):
     assert launcher.gpus_per_node == launcher.tasks_per_node == cfg.trainer.devices
     assert cfg.trainer.strategy._target_.endswith("sharding.ShardedStrategy")
     assert cfg.trainer.precision == "bf16-mixed" and cfg.model.gradient_checkpointing
+
+
+def test_a_budget_sweep_trains_each_schedule_once_and_pairs_each_step_with_full(tmp_path):
+    """``sweep.keep_steps`` keeps those steps' weights, ``sweep.eval_step`` evaluates one of
+    them: each schedule trains once, each step is exported once and evaluated into its own row,
+    and the results table pairs every row with ``full`` at the same steps."""
+    proc = _sweep(
+        tmp_path, "schedule=full,target_2x", "sweep.keep_steps=[1,2]", "sweep.eval_step=1,2"
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sweep, cells = tmp_path / "sweep", tmp_path / "cells"
+    rows = list(csv.DictReader((sweep / "cells.csv").open()))
+    assert sorted((r["schedule"], r["train_steps"]) for r in rows) == [
+        ("full", "1"), ("full", "2"), ("target_2x", "1"), ("target_2x", "2")
+    ]  # fmt: skip
+    assert all(r["status"] == "ok" for r in rows)
+    trained = sorted(p.parent.parent.name.split("__")[2] for p in cells.glob("*/train/export"))
+    assert trained == ["full", "target_2x"]  # one training per schedule
+    for cell in cells.glob("*/train"):
+        assert sorted(p.name for p in (cell / "step_checkpoints").iterdir()) == [
+            "step-1.ckpt", "step-2.ckpt"
+        ]  # fmt: skip
+        assert (cell / "export-step1" / "config.json").is_file()
+    records = {(r["schedule"], r["train_steps"]): r for r in rows}
+    assert records[("full", "1")]["bleu"] != "" and records[("full", "2")]["cell_id"] == records[
+        ("full", "1")
+    ]["cell_id"]  # fmt: skip
+    results = {
+        (r["schedule"], r["train_steps"]): r for r in csv.DictReader((sweep / "results.csv").open())
+    }
+    for steps in ("1", "2"):
+        two_x, full = results[("target_2x", steps)], results[("full", steps)]
+        expected = float(records[("target_2x", steps)]["bleu"]) - float(
+            records[("full", steps)]["bleu"]
+        )
+        assert float(two_x["bleu_delta"]) == pytest.approx(expected, abs=1e-6)
+        assert (
+            float(two_x["bleu_delta_ci95_low"]) <= expected <= float(two_x["bleu_delta_ci95_high"])
+        )
+        assert two_x["delta_seeds"] == full["seeds"]
+    assert "| schedule | steps | method |" in (sweep / "results.md").read_text()
+
+
+def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
+    from skipdecode.experiments.sweeps.steps import check_eval_step
+
+    with pytest.raises(ValueError, match=r"sweep\.eval_step=3 is not one of sweep\.keep_steps"):
+        check_eval_step({"sweep": {"keep_steps": [1, 2], "eval_step": 3}})
+    with pytest.raises(ValueError, match=r"not between 1 and trainer\.max_steps=2"):
+        check_eval_step({"sweep": {"keep_steps": [2, 4]}, "trainer": {"max_steps": 2}})
+    check_eval_step({"sweep": {"keep_steps": [], "eval_step": None}})

@@ -10,6 +10,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from skipdecode.core import compiled as _compiled
+from skipdecode.core import step_graphs as _step_graphs
+
 SYNC_METHODS = ("item", "__bool__", "__int__", "tolist", "nonzero")
 
 
@@ -64,3 +67,14 @@ def pool_storages(decoder) -> set[int]:
     """The storage addresses of every cache buffer in ``decoder``'s pool."""
     pool = decoder.pool
     return storages(t for shape in pool.shapes for bufs in pool.buffers(*shape) for t in bufs)
+
+
+def uncompiled(dec, monkeypatch):
+    """``dec`` with its compiled parts swapped for the plain functions they compile (what a
+    recording runs, without compiling; the compiled parts are tested where they are built)."""
+    compiled, graphs = dec.compiled, dec.compiled.steps
+    monkeypatch.setattr(graphs, "_prologue", _step_graphs._prologue)
+    monkeypatch.setattr(graphs, "_epilogue", _step_graphs._epilogue)
+    monkeypatch.setattr(compiled, "_layer", _compiled._layer_step)
+    monkeypatch.setattr(compiled, "_head", dec.adapter.head)
+    return dec

@@ -30,7 +30,9 @@ def auto_choice(
         return "reduce-overhead", "step", "a CUDA device: whole-step CUDA graphs"
     if not record.is_file():
         return False, "layer", f"no committed CPU benchmark ({record.name}): the eager path"
-    cells = json.loads(record.read_text())["cells"]
+    cells = json.loads(record.read_text()).get("cells") or []
+    if not cells:
+        return False, "layer", f"{record.name} holds no cells: the eager path"
     nearest = min({c["num_layers"] for c in cells}, key=lambda n: (abs(n - num_layers), n))
     faster, timed = 0, 0
     for cell in (c for c in cells if c["num_layers"] == nearest):

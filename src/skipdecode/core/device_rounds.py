@@ -41,6 +41,8 @@ in the output's stats (``graph_fallback``): sampling, a confidence threshold, a 
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,18 +55,26 @@ from .rounds import SpeculativeResult, kept_rows, timed_prefill
 from .sampling import SamplingConfig
 from .stats import SpeculationCounts
 from .step import Speculation
-from .step_graphs import EOS_SLOTS
+from .step_graphs import EOS_SLOTS, STEP_GRAPH_LIMIT, data_dependent_rope
 
 __all__ = ["RoundGraphs", "RoundState", "device_refusal", "device_generate"]
 
 
 def device_refusal(
-    spec: Speculation, sampling: SamplingConfig, eos_ids: Sequence[int], steps: int, watched: bool
+    spec: Speculation,
+    sampling: SamplingConfig,
+    eos_ids: Sequence[int],
+    steps: int,
+    watched: bool,
+    config: Any = None,
 ) -> str | None:
     """Why this call cannot run the sync-free round (None: it can). ``steps``: the generation
-    steps the draft plan must cover; ``watched``: ``on_round`` or ``profile_rounds`` given."""
+    steps the draft plan must cover; ``watched``: ``on_round`` or ``profile_rounds`` given;
+    ``config``: the model's (a rotary scaling that reads positions on the host cannot be
+    recorded)."""
     plans = {tuple(spec.draft.active_layers(g)) for g in range(max(steps, 1))}
     checks = (
+        (data_dependent_rope(config), "a rotary scaling that reads the positions on the host"),
         (sampling.do_sample, "sampling (the sync-free round accepts greedily)"),
         (spec.threshold is not None, "a confidence threshold (rows would stop drafting)"),
         (spec.draft_vocab is not None, "a draft vocabulary"),
@@ -135,7 +145,9 @@ class RoundGraphs:
         self.compiled = compiled
         self.adapter = compiled.adapter
         self.states: dict[tuple[int, int, int], RoundState] = {}
-        self.graphs: dict[tuple, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = {}
+        self.graphs: OrderedDict[tuple, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = (
+            OrderedDict()
+        )  # least recently used first, at most STEP_GRAPH_LIMIT
         self.recorded = 0
 
     def state(self, batch: int, capacity: int, k: int, device: torch.device) -> RoundState:
@@ -152,10 +164,12 @@ class RoundGraphs:
         buffers = (*cache.keys, *cache.values)
         known = self.graphs.get(key)
         if known is None:
-            step = lambda: self._round(state, buffers, draft, limit)  # noqa: E731
-            known = (self.compiled.recorder.record(step, state.tensors()), buffers)
+            known = (self._record(state, buffers, draft, limit), buffers)
             self.graphs[key] = known
-            self.recorded += 1
+            if len(self.graphs) > STEP_GRAPH_LIMIT:
+                self.graphs.popitem(last=False)
+        else:
+            self.graphs.move_to_end(key)
         replay, recorded = known
         if any(a is not b for a, b in zip(buffers, recorded, strict=True)):
             raise RuntimeError(
@@ -163,6 +177,24 @@ class RoundGraphs:
                 "the CUDA-graph path the cache comes from the decoder's pool"
             )
         replay()
+
+    def _record(self, state: RoundState, buffers, draft: tuple[int, ...], limit: int):
+        """Record the round (on a CPU: keep it to call); the time, with the compiling of its
+        first layer steps and head and the timing of their product forms, goes to the compiled
+        path's compile seconds, never to decoding."""
+        compiled, (n, k) = self.compiled, (state.token.shape[0], state.by_pass.shape[0])
+        start = time.perf_counter()
+        weights = [*compiled._weights(range(len(buffers) // 2)), self.adapter.lm_head.weight]
+        compiled.forms.prepare(n, weights)
+        compiled.forms.prepare(n * (k + 1), weights)
+        replay = compiled.recorder.record(
+            lambda: self._round(state, buffers, draft, limit), state.tensors()
+        )
+        if state.token.is_cuda:
+            torch.cuda.synchronize(state.token.device)
+        compiled.compile_seconds += time.perf_counter() - start
+        self.recorded += 1
+        return replay
 
     def _pass(self, state, buffers, tokens, positions, start, layers, limit) -> torch.Tensor:
         """``tokens`` ``(n, T)`` at ``positions`` through ``layers``, writing columns ``start
@@ -216,8 +248,8 @@ class RoundGraphs:
         passes = torch.stack([rows.sum(-1), (rows & (accepted > idx[:k, None])).sum(-1)], -1)
         state.by_pass.add_(passes)
         live = (remaining > 0).long().sum()
-        one = torch.ones_like(live)
-        counts = [one, live, proposed.sum(), accepted.sum(), one * (n * (k + 1))]
+        ran = (live > 0).long()  # a round after every row finished counts as idle, not a round
+        counts = [ran, live, proposed.sum(), accepted.sum(), ran * (n * (k + 1))]
         state.counts.add_(torch.stack(counts))
         state.column.add_(accepted.max() + 1)
 
@@ -293,6 +325,7 @@ def device_generate(
     final = torch.full((B, capacity + 1), pad_id, dtype=torch.long, device=device)
     lengths = torch.ones(B, dtype=torch.long, device=device)
     draft, limit = tuple(spec.draft.active_layers(0)), decoder.adapter.max_positions - 1
+    ran = 0  # rounds replayed, idle ones included
     while True:
         needs = torch.where(state.finished, 0, state.target - state.lengths)
         needs = needs.tolist()  # the host's one read between rounds
@@ -310,25 +343,31 @@ def device_generate(
             n = len(keep)
         for _ in range(-(-most // (k + 1))):
             graphs.round(state, cache, draft, limit)
+            ran += 1
             result.budgets += [len(draft)] * k + [L]
             result.live_rows += [n] * (k + 1)
             result.verify_passes += [False] * k + [True]
     final[rows], lengths[rows] = state.out, state.lengths
     result.generated = final[:, :N].clone()
     result.lengths = lengths.tolist()
-    _count(result.counts, state, len(draft))
+    _count(result.counts, state, len(draft), ran)
+    live_passes = result.counts.rounds * (k + 1)  # idle rounds (the last before the final
+    for passes in (result.budgets, result.live_rows, result.verify_passes):  # read) ran no row
+        del passes[live_passes:]
     result.compile_seconds = compiling.seconds()
     result.decode_seconds = now(device) - t1 - result.compile_seconds
     return result
 
 
-def _count(counts: SpeculationCounts, state: RoundState, budget: int) -> None:
+def _count(counts: SpeculationCounts, state: RoundState, budget: int, ran: int) -> None:
     """The call's counts from the device (read once, at the end)."""
     rounds, row_rounds, drafted, accepted, positions = state.counts.tolist()
+    counts.idle_rounds = ran - rounds
     k = state.by_pass.shape[0]
     counts.rounds, counts.row_rounds = rounds, row_rounds
     counts.drafted, counts.accepted = drafted, accepted
     counts.draft_passes, counts.verify_passes = rounds * k, rounds
     counts.verify_positions = positions
     proposals, accepts = state.by_pass.sum(0).tolist()
-    counts.by_budget[budget] = [proposals, accepts]
+    if proposals:  # as the host-driven round: a budget only where a pass drafted
+        counts.by_budget[budget] = [proposals, accepts]

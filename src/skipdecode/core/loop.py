@@ -24,7 +24,7 @@ from .prompts import lengths_with_eos
 from .sampling import SamplingConfig, select_next
 from .stats import GenerationOutput, GenerationStats
 from .step import DecodeStep, LayerPlan, StepRunner, check_nested
-from .step_graphs import EOS_SLOTS, distinct_plans
+from .step_graphs import EOS_SLOTS, data_dependent_rope, distinct_plans
 
 __all__ = ["DecodeRequest", "LoopBuffers", "plan_generate"]
 
@@ -110,8 +110,10 @@ def _graph_path(
         reason = "sampling (whole steps choose greedily)"
     elif req.return_logits:
         reason = "per-step logits were asked for"
-    elif len(req.eos_ids) > EOS_SLOTS:
+    elif req.stop and len(req.eos_ids) > EOS_SLOTS:
         reason = f"{len(req.eos_ids)} EOS ids (a whole step tests at most {EOS_SLOTS})"
+    elif data_dependent_rope(compiled.adapter.config):
+        reason = "a rotary scaling that reads the positions on the host"
     elif distinct_plans(plans) > steps.limit:
         reason = f"{distinct_plans(plans)} distinct plans (the bound is {steps.limit})"
     else:
@@ -131,6 +133,8 @@ def plan_generate(dec: Any, req: DecodeRequest, schedule: LayerPlan) -> Generati
     compiled: CompiledLayers | None = dec.compiled
     trace = _Trace()
     trace.graph, trace.fallback = _graph_path(compiled, req, plans)
+    if compiled is not None and compiled.steps is not None:  # its per-layer fallback records too
+        compiled.steps.check_weights()
     with eval_mode(dec.model):
         buffers = LoopBuffers.open(dec, req)
         compiling = 0.0 if compiled is None else compiled.compile_seconds
@@ -217,7 +221,6 @@ def _whole_step_passes(
     if req.max_new_tokens == 0:
         return
     steps = dec.compiled.steps
-    steps.check_weights()
     device, P = req.input_ids.device, req.input_ids.shape[1]
     assert buffers.capacity_mask is not None and isinstance(buffers.cache, StaticKVCache)
     state = steps.state(req.input_ids.shape[0], buffers.capacity, buffers.capacity_mask.dtype)
@@ -225,7 +228,8 @@ def _whole_step_passes(
     eos = torch.tensor(req.eos_ids or [-1], device=device)
     finished = torch.isin(token, eos) if req.stop else torch.zeros_like(token, dtype=torch.bool)
     valid = req.attention_mask.long().sum(-1)
-    state.load(token, valid, P, buffers.capacity_mask, finished, req.eos_ids, req.pad_id)
+    stops = req.eos_ids if req.stop else []
+    state.load(token, valid, P, buffers.capacity_mask, finished, stops, req.pad_id)
     check_every = 8 if device.type == "cuda" else 1
     passes = 0
     for g, plan in enumerate(plans):

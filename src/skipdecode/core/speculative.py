@@ -113,9 +113,15 @@ def speculative_generate(
     times the parts of every round (``counts.phase_seconds``); ``paces``: the decoder's
     ``auto_off`` verdicts from earlier calls (a fresh judgement per call without it)."""
     whole = decoder.compiled is not None and decoder.compiled.graph == "step"
+    if whole:  # every recording reads the weights where they were recorded
+        decoder.compiled.steps.check_weights()
     stops = list(eos_ids) if stop else []
     watched = on_round is not None or profile
-    why = device_refusal(spec, sampling, stops, max_new_tokens, watched) if whole else None
+    why = (
+        device_refusal(spec, sampling, stops, max_new_tokens, watched, decoder.adapter.config)
+        if whole
+        else None
+    )
     if whole and why is None:
         return device_generate(decoder, input_ids, attention_mask, spec, max_new_tokens, stops,
                                pad_id)  # fmt: skip

@@ -28,6 +28,9 @@ class SpeculationCounts:
     plain_rounds: int = 0
     turned_off: int = 0
     started_off: int = 0
+    # sync-free rounds (core.device_rounds) replayed after every row had finished, before the
+    # host's next read: timed, but no pass of them is counted
+    idle_rounds: int = 0
     # per draft budget (layers of the pass that drafted): [proposals, accepted]
     by_budget: dict[int, list[int]] = field(default_factory=dict)
     # seconds per part of a round, when timed (``profile_rounds``): draft layers, draft head

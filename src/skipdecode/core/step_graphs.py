@@ -37,12 +37,34 @@ import torch
 from .adapters import DecoderAdapter
 from .cache import StaticKVCache
 
-__all__ = ["EOS_SLOTS", "STEP_GRAPH_LIMIT", "StepGraphs", "StepState", "distinct_plans"]
+__all__ = [
+    "EOS_SLOTS",
+    "STEP_GRAPH_LIMIT",
+    "StepGraphs",
+    "StepState",
+    "data_dependent_rope",
+    "distinct_plans",
+]
 
 #: Recorded whole steps a decoder keeps (least recently used dropped first).
 STEP_GRAPH_LIMIT = 64
 #: EOS ids a whole step tests (unused slots hold -1, which no token is).
 EOS_SLOTS = 8
+
+
+def data_dependent_rope(config: Any) -> bool:
+    """Whether the model's rotary embedding rescales from the positions it is given (the
+    ``dynamic`` and ``longrope`` types read the largest position on the host): such a step cannot
+    be recorded."""
+    for name in ("rope_scaling", "rope_parameters"):
+        params = getattr(config, name, None)
+        if isinstance(params, dict):
+            kinds = {params.get("rope_type"), params.get("type")}
+            nested = [v for v in params.values() if isinstance(v, dict)]  # per layer type
+            kinds |= {v.get("rope_type") for v in nested} | {v.get("type") for v in nested}
+            if kinds & {"dynamic", "longrope"}:
+                return True
+    return False
 
 
 def distinct_plans(plans: Sequence[tuple[int, ...]]) -> int:
@@ -150,7 +172,7 @@ class StepGraphs:
         self.record_seconds = 0.0  # spent recording (compiling the first of a kind included)
         self._prologue = compiled.compile_fn(_prologue)
         self._epilogue = compiled.compile_fn(_epilogue)
-        self._weights = self._weight_addresses()
+        self._weights: tuple[int, ...] | None = None  # taken at the first recording
 
     def state(self, batch: int, capacity: int, dtype: torch.dtype) -> StepState:
         """The static buffers of ``(batch, capacity)``, made on first use."""
@@ -162,7 +184,11 @@ class StepGraphs:
 
     def check_weights(self) -> None:
         """Refuse to replay after the model's parameters moved (a recording reads the weights
-        at the addresses it was recorded with)."""
+        at the addresses it was recorded with; the per-layer and round recordings too)."""
+        recorded = self.compiled.captures > 0
+        if self._weights is None or not recorded:
+            self._weights = self._weight_addresses()
+            return
         if self._weight_addresses() != self._weights:
             raise RuntimeError(
                 "the model's parameters are not at the addresses its whole-step graphs were "

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...schedules import method_label
 from .identity import eval_identity
+from .steps import eval_step
 
 __all__ = ["EVAL_SCHEDULE", "cell_labels", "eval_id", "eval_schedule"]
 
@@ -46,6 +47,8 @@ def cell_labels(c: Mapping[str, Any]) -> dict[str, Any]:
         "method": _method_label((c.get("sweep") or {}).get("method", "auto"), sched),
         "seed": c.get("seed"),
     }
+    if eval_step(c) is not None:
+        labels["train_steps"] = eval_step(c)
     evaluated = eval_schedule(c)
     if evaluated is None:
         return labels
@@ -69,12 +72,16 @@ def eval_schedule(c: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def eval_id(c: Mapping[str, Any]) -> str:
-    """The hash naming the cell's evaluation folder: the eval settings, and the schedule
-    evaluated where it is not the trained one (published evaluations keep their ids)."""
-    evaluated = eval_schedule(c)
-    if evaluated is None:
-        return eval_identity(dict(c["eval"]), c.get("schedule"))
-    return eval_identity({**dict(c["eval"]), "schedule": evaluated}, evaluated)
+    """The hash naming the cell's evaluation folder: the eval settings, the schedule evaluated
+    where it is not the trained one, and the training step evaluated where it is not the end
+    (``sweep.eval_step``); published evaluations keep their ids."""
+    evaluated, step = eval_schedule(c), eval_step(c)
+    ev = dict(c["eval"])
+    if evaluated is not None:
+        ev["schedule"] = evaluated
+    if step is not None:
+        ev["train_steps"] = step
+    return eval_identity(ev, evaluated if evaluated is not None else c.get("schedule"))
 
 
 def _method_label(configured: str | None, sched: Mapping[str, Any]) -> str:

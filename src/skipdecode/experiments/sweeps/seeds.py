@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["SEED_GROUP", "cell_generations", "mean_ci95", "results_order", "summarize_seeds"]
 
 #: The labels that make cells seeds of one results row.
-SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
+SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup", "train_steps")
 _MEANS = (
     *SPEEDS,
     "tokens_per_second",
@@ -126,8 +126,9 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if cell.get("dataset") is None and cell.get("schedule") is None:
             continue  # a pending cell that never started: it has no labels yet
         groups.setdefault(tuple(cell.get(k) for k in SEED_GROUP), []).append(cell)
+    # full at the same training steps (sweep.eval_step; None: the exported models)
     full = {
-        (key[0], key[1]): [c for c in members if c.get("status") == "ok"]
+        (key[0], key[1], key[5]): [c for c in members if c.get("status") == "ok"]
         for key, members in groups.items()
         if key[3] == "full"
     }
@@ -157,7 +158,7 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             )
         for key_ in _MEANS:
             row[key_] = mean_ci95([c.get(key_) for c in ok])[0]
-        baselines = full.get((key[0], key[1])) or []
+        baselines = full.get((key[0], key[1], key[5])) or []
         if key[3] != "full" and baselines:
             row.update(_deltas(ok, baselines))
         results.append(row)

@@ -41,6 +41,7 @@ from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity
 from .labels import cell_labels, eval_id, eval_schedule
+from .steps import check_eval_step, eval_step, step_checkpoint_callback, step_export
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,13 @@ def _train_cfg(cfg: DictConfig, train_dir: Path) -> DictConfig:
     logger = tcfg.get("logger") or {}
     if "wandb" in logger and logger.wandb is not None:  # training run joins the sweep's group
         logger.wandb.group = _group_name(cfg) or ""
+    keep = step_checkpoint_callback(
+        {"sweep": {"keep_steps": cfg.sweep.get("keep_steps")}}, train_dir
+    )
+    if keep is not None:  # sweep.keep_steps: the weights of those steps, for budget evaluations
+        if tcfg.get("callbacks") is None:
+            tcfg.callbacks = {}
+        tcfg.callbacks.step_checkpoints = keep
     if tcfg.get("ckpt_path") is None and (train_dir / "checkpoints" / "last.ckpt").is_file():
         log.info("resuming the interrupted training of %s from last.ckpt", train_dir)
         tcfg.ckpt_path = "last"
@@ -160,6 +168,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
     try:
         c = _resolved_without_paths_output(cfg)
         check_cell_context(c)  # training's and evaluation's lengths, before anything is written
+        check_eval_step(c)
         cell_id, ident = cell_identity(c)
         labels = cell_labels(c)
         sw = c.get("sweep") or {}
@@ -182,10 +191,14 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
                 # evaluated before, or restored from published results: the record is the cell
                 log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
                 export = _find_export(cell_dir / "train")
+                if eval_step(c) is not None:
+                    export = step_export(cell_dir / "train", eval_step(c))
                 train_summary = read_json_or_none(cell_dir / TRAIN_DONE) or {}
                 train_reused = eval_reused = True
             else:
                 export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
+                if eval_step(c) is not None:  # the model as it was after that many steps
+                    export = step_export(cell_dir / "train", eval_step(c))
                 record, eval_reused = _evaluate(
                     cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
                 )

@@ -27,6 +27,7 @@ from ...io import read_json_or_none, write_text_atomic
 from ...provenance import diff_missing
 from .audit import provenance_note
 from .cell_outputs import cell_output_stats
+from .steps import with_steps
 
 __all__ = [
     "COLUMNS",
@@ -154,6 +155,7 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
                 "seed",
                 "cell_id",
                 "error",
+                "train_steps",
             )
         },
     )
@@ -249,7 +251,7 @@ def format_value(key: str, value: Any) -> str:
 
 
 def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    cols = [c for c in COLUMNS if c not in _MD_SKIP]
+    cols = with_steps([c for c in COLUMNS if c not in _MD_SKIP], rows)
     lines = [
         "| " + " | ".join(_MD_HEADERS.get(c, c) for c in cols) + " |",
         "|" + "|".join("---" for _ in cols) + "|",
@@ -315,7 +317,9 @@ def format_results_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     degeneracy as means over seeds; the acceptance rate of speculative schedules when the table
     has one."""
     speculative = any(num(r.get("acceptance_rate")) is not None for r in rows)
-    columns = [(k, v) for k, v in _RESULT_MD if speculative or k != "acceptance_rate"]
+    columns = with_steps(
+        [(k, v) for k, v in _RESULT_MD if speculative or k != "acceptance_rate"], rows
+    )
     lines = [
         "| " + " | ".join(label for _, label in columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
@@ -355,9 +359,9 @@ def write_tables(
         "cells_markdown": out_dir / CELLS_MD,
     }
     note = provenance_note(cells)
-    write_text_atomic(paths["cells_csv"], csv_text(cells, COLUMNS))
+    write_text_atomic(paths["cells_csv"], csv_text(cells, with_steps(COLUMNS, cells)))
     write_text_atomic(paths["cells_markdown"], format_markdown(cells) + note)
-    write_text_atomic(paths["csv"], csv_text(results, RESULT_COLUMNS))
+    write_text_atomic(paths["csv"], csv_text(results, with_steps(RESULT_COLUMNS, results)))
     write_text_atomic(paths["markdown"], format_results_markdown(results) + note)
     return paths
 
