@@ -608,6 +608,18 @@ def test_a_budget_sweep_trains_each_schedule_once_and_pairs_each_step_with_full(
         )
         assert two_x["delta_seeds"] == full["seeds"]
     assert "| schedule | steps | method |" in (sweep / "results.md").read_text()
+    from skipdecode.experiments.sweeps.budget import write_budget
+
+    page = write_budget(sweep)["md"].read_text()
+    budget = list(csv.DictReader((sweep / "budget.csv").open()))
+    assert [(r["schedule"], r["train_steps"]) for r in budget] == [
+        ("target_2x", "1"), ("target_2x", "2")
+    ]  # fmt: skip
+    for r in budget:
+        assert float(r["delta"]) == pytest.approx(
+            float(results[("target_2x", r["train_steps"])]["bleu_delta"])
+        )
+    assert "target_2x: " in page and (sweep / "budget.png").is_file()
 
 
 def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
@@ -618,3 +630,23 @@ def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
     with pytest.raises(ValueError, match=r"not between 1 and trainer\.max_steps=2"):
         check_eval_step({"sweep": {"keep_steps": [2, 4]}, "trainer": {"max_steps": 2}})
     check_eval_step({"sweep": {"keep_steps": [], "eval_step": None}})
+
+
+def test_the_budget_page_says_from_which_budget_a_schedule_is_not_separable(tmp_path):
+    from skipdecode.experiments.sweeps.budget import write_budget
+    from skipdecode.experiments.sweeps.table import RESULT_COLUMNS, csv_text
+
+    def row(schedule, steps, delta, low, high):
+        return {"status": "ok", "schedule": schedule, "train_steps": steps, "bleu_mean": 60.0,
+                "bleu_delta": delta, "bleu_delta_ci95_low": low, "bleu_delta_ci95_high": high,
+                "seeds": "1", "delta_seeds": "1"}  # fmt: skip
+
+    rows = [row("full", s, None, None, None) for s in (90, 180, 270)]
+    rows += [row("target_2x", 90, -5, -7, -3), row("target_2x", 180, -2, -3, -1)]
+    rows += [row("target_2x", 270, -0.5, -1.5, 0.5)]
+    rows += [row("target_3x", s, -6, -8, -4) for s in (90, 180, 270)]
+    (tmp_path / "results.csv").write_text(csv_text(rows, [*RESULT_COLUMNS, "train_steps"]))
+    page = write_budget(tmp_path)["md"].read_text()
+    assert "target_2x: not separable from full from 270 steps on" in page
+    assert "target_3x: still separable from full at 270 steps" in page
+    assert "| target_2x | 180 | 1 | 60.00 | 60.00 | -2.00 [-3.00, -1.00] |  | yes |" in page

@@ -15,6 +15,8 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
   first time);
 - ``one_model``: a budget-randomized model against the per-schedule fine-tunes (:mod:`.one_model`,
   against the folder its CSV names);
+- ``budget``: each schedule's difference from full against the fine-tuning steps both were
+  evaluated at (:mod:`.budget`, where the folder publishes one);
 
 (``extractive``, ``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
 and the E2E suite scores E2E cells only)
@@ -112,6 +114,15 @@ def _one_model(folder: Path) -> str:
     return "one model"
 
 
+def _budget(folder: Path) -> str:
+    from .budget import write_budget
+
+    if not (folder / "budget.md").is_file():
+        return "budget: not published for this folder"
+    write_budget(folder, plot=False)
+    return "budget"
+
+
 #: The parts of a folder's pages, in the order they are written.
 PARTS: dict[str, Callable[[Path], str]] = {
     "tables": _tables,
@@ -120,6 +131,7 @@ PARTS: dict[str, Callable[[Path], str]] = {
     "reach": _reach,
     "e2e": _e2e,
     "one_model": _one_model,
+    "budget": _budget,
 }
 
 
