@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import read_json_or_none, write_text_atomic
+from ..sweeps.plots import save_figure
 from ..sweeps.table import csv_text
 from .trial import METRICS, TRIAL_FILE
 
@@ -115,10 +116,7 @@ def _plot(
     ax.set_ylabel(f"Δ{ok[0]['metric'] if ok else 'quality'} vs full")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def write_front(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import write_text_atomic
+from .plots import save_figure
 from .summaries import markdown_table
 from .table import TABLE_CSV, csv_text, num, page_command
 
@@ -108,10 +109,7 @@ def _plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     ax.set_ylabel(f"Δ{rows[0]['metric']} vs full at the same steps")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def write_budget(folder: Path, plot: bool = True) -> dict[str, Path] | None:

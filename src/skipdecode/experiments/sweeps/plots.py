@@ -14,7 +14,20 @@ from typing import Any
 
 from .table import num as _f
 
-__all__ = ["METRICS", "SPEEDUPS", "plot_sweep", "plot_dataset"]
+__all__ = ["METRICS", "SPEEDUPS", "plot_sweep", "plot_dataset", "save_figure"]
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
+    """Write ``fig`` to ``path`` whole (a temporary sibling, then renamed) and close it."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("bleu", "BLEU"),
@@ -119,12 +132,7 @@ def plot_dataset(rows: Sequence[Mapping[str, Any]], dataset: str, out: Path) -> 
             handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=8
         )
     fig.suptitle(f"{dataset}: quality vs speedup")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return save_figure(fig, out, dpi=110)
 
 
 def plot_sweep(rows: Sequence[Mapping[str, Any]], out_dir: str | Path) -> list[Path]:
