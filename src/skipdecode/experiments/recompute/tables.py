@@ -36,7 +36,8 @@ CELL_COLUMNS = (
 )
 QUALITY = ("bleu", "rougeL", "bertscore_f1")
 MEANS = ("theoretical_speedup", "batch_speedup", "measured_speedup_decode", "measured_speedup_e2e")
-GROUP = ("dataset", "model", "schedule", "method", "target_speedup")
+# the training step a row was evaluated at (sweep.eval_step) is part of what it is
+GROUP = ("dataset", "model", "schedule", "method", "target_speedup", "train_steps")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
