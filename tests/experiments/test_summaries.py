@@ -98,8 +98,10 @@ def test_tiny_scitldr_sweep_scores_every_reference_and_the_long_prompt_speed(tmp
     assert "| tiny | target_2x | skipdecode |" in paths["markdown"].read_text()
 
 
-def _cell(folder: Path, job: int, schedule: str, seed: int, outputs: list[str]) -> None:
-    """A finished SciTLDR cell as a published sweep holds it."""
+def _cell(
+    folder: Path, job: int, schedule: str, seed: int, outputs: list[str], dataset: str = "scitldr"
+) -> None:
+    """A finished SciTLDR (or ``dataset``) cell as a published sweep holds it."""
     refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
     rows = [
         {"index": i, "input": f"abstract {i}", "references": refs[i], "output": out, "scores": {}}
@@ -119,7 +121,7 @@ def _cell(folder: Path, job: int, schedule: str, seed: int, outputs: list[str]) 
         },
     }
     cell = {
-        "dataset": "scitldr",
+        "dataset": dataset,
         "model": "smollm2-135m",
         "schedule": schedule,
         "method": "full" if schedule == "full" else "skipdecode",
@@ -242,3 +244,17 @@ def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
 
     assert PARTS["one_model"](one) == "one model"  # make docs: the same bytes again
     assert paths["md"].read_text() == md
+
+
+def test_one_model_page_decides_on_bleu_where_the_task_is_not_summarization(tmp_path):
+    """E2E cells: the page is written (its own summaries never are) and decides on BLEU."""
+    from skipdecode.experiments.sweeps.one_model import write_one_model
+    from skipdecode.experiments.sweeps.summaries import summary_cells
+
+    own, one = tmp_path / "results" / "per_schedule", tmp_path / "results" / "randomized"
+    for folder, second in ((own, "a new model"), (one, "a parser that is fast")):
+        _cell(folder, 0, "full", 1, ["we propose a fast parser", "a study"], dataset="e2e")
+        _cell(folder, 1, "target_2x", 1, [second, "a study of loss"], dataset="e2e")
+    assert summary_cells(one) == [] and len(summary_cells(one, summarization_only=False)) == 2
+    md = write_one_model(one, own, label="results/per_schedule")["md"].read_text()
+    assert "| ΔBLEU [per-seed t] | BLEU: decided |" in md and "RL max: decided" not in md

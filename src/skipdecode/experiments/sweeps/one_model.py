@@ -4,7 +4,7 @@ For every schedule a budget-randomized model (``schedule=randomized_*``, evaluat
 ``sweep.eval_schedule``; ``make study NAME=randomized_scitldr``) was decoded under, beside the
 cells of the same model, dataset and schedule fine-tuned for that schedule alone (another
 results folder): ROUGE-L max, BLEU and BERTScore F1 of both (mean over seeds [95% t-interval;
-none with one seed]); the difference randomized - per-schedule with the two-level paired
+none with one seed]; what is decided is read on ROUGE-L max for summarization, on BLEU for E2E); the difference randomized - per-schedule with the two-level paired
 bootstrap over the seeds both have and the inputs (:func:`~.summaries.paired_deltas`), the
 t-interval over per-seed differences with two or more paired seeds, and what they decide
 (:func:`~.summaries.decided`); and each side's measured decode and end-to-end speedups, each
@@ -33,6 +33,7 @@ from .summaries import (
     decided,
     delta_columns,
     interval_text,
+    is_summarization,
     markdown_table,
     paired_deltas,
     summary_cells,
@@ -79,7 +80,13 @@ def _speed(value: Any) -> str:
     return "" if mean is None else f"{mean:.2f}x"
 
 
+def primary_metric(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The quality a page decides on: ROUGE-L max for summarization, BLEU otherwise (E2E)."""
+    return "rougeL_max" if rows and is_summarization(rows[0].get("dataset")) else "bleu"
+
+
 def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
+    primary = primary_metric(rows)
     header = ["schedule", "seeds (one model / per schedule)"]
     header += [
         "measured decode (one model / per schedule)",
@@ -88,7 +95,7 @@ def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
     header += [f"{LABELS[m]} one model" for m in COMPARED]
     header += [f"{LABELS[m]} per schedule" for m in COMPARED]
     header += [f"Δ{LABELS[m]} [seeds x inputs]" for m in COMPARED]
-    header += [f"Δ{LABELS['rougeL_max']} [per-seed t]", f"{LABELS['rougeL_max']}: decided"]
+    header += [f"Δ{LABELS[primary]} [per-seed t]", f"{LABELS[primary]}: decided"]
     lines = [
         [
             str(r["schedule"]),
@@ -101,9 +108,9 @@ def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
                 for m in COMPARED
             ),
             interval_text(
-                r.get("rougeL_max_delta"), r.get("rougeL_max_delta_seed_ci95"), "rougeL_max", True
-            ),
-            decided(r, "rougeL_max"),
+                r.get(f"{primary}_delta"), r.get(f"{primary}_delta_seed_ci95"), primary, True
+            ),  # fmt: skip
+            decided(r, primary),
         ]
         for r in rows
     ]
@@ -141,11 +148,11 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
 def write_one_model(
     folder: str | Path, against: str | Path, label: str | None = None
 ) -> dict[str, Path] | None:
-    """Write the page and its CSV into ``folder``; None when it holds no summarization cell.
+    """Write the page and its CSV into ``folder``; None when it holds no finished cell.
     ``label``: how the page and its CSV name ``against`` (default: as given)."""
     folder, against = Path(folder), Path(against)
     label = label or against.as_posix()
-    rows = one_model_rows(summary_cells(folder), summary_cells(against))
+    rows = one_model_rows(summary_cells(folder, False), summary_cells(against, False))
     if not rows:
         return None
     command = (
@@ -177,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         if not path.is_dir():
             p.error(f"{name}: {str(path)!r} is not a directory")
     written = write_one_model(args.folder, args.against)
-    print(written["md"] if written else f"{args.folder}: no summarization cells")
+    print(written["md"] if written else f"{args.folder}: no finished cells")
 
 
 if __name__ == "__main__":

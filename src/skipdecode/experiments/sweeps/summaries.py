@@ -45,6 +45,7 @@ from .table import collect, csv_text, num, page_command
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "is_summarization",
     "LABELS",
     "QUALITY",
     "ROUGE_KEYS",
@@ -93,7 +94,7 @@ _SCALE = {**dict.fromkeys(ROUGE_KEYS, 100.0), "bleu": 1.0, "bertscore_f1": 1.0}
 _DIGITS = {**dict.fromkeys(ROUGE_KEYS, 2), "bleu": 2, "bertscore_f1": 4}
 
 
-def _is_summarization(dataset: Any) -> bool:
+def is_summarization(dataset: Any) -> bool:
     task = TASKS.get(str(dataset))
     return task is not None and task.kind == "summarization"
 
@@ -133,12 +134,16 @@ def _cell_scores(cell: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def summary_cells(folder: str | Path) -> list[dict[str, Any]]:
-    """The folder's finished summarization cells (:func:`~.table.collect` rows) with their
-    scores (:func:`_cell_scores`); a cell without readable generations is left out, and said."""
+def summary_cells(folder: str | Path, summarization_only: bool = True) -> list[dict[str, Any]]:
+    """The folder's finished summarization cells (every finished cell without
+    ``summarization_only``: ROUGE's conventions score any references), as
+    :func:`~.table.collect` rows with their scores (:func:`_cell_scores`); a cell without
+    readable generations is left out, and said."""
     cells = []
     for row in collect(folder):
-        if row.get("status") != "ok" or not _is_summarization(row.get("dataset")):
+        if row.get("status") != "ok":
+            continue
+        if summarization_only and not is_summarization(row.get("dataset")):
             continue
         scores = _cell_scores(dict(row))
         if scores is None:
