@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import read_json_or_none, write_text_atomic
+from ..sweeps.one_model import against_of
 from ..sweeps.plots import save_figure
 from ..sweeps.table import csv_text
 from .trial import METRICS, TRIAL_FILE
@@ -178,7 +179,9 @@ def write_front(
         lines += [
             "",
             f"Beside the front (the plot's crosses): the per-schedule fine-tuned cells of "
-            f"`{against.as_posix()}`, each against its own full cell on the test split (the "
+            f"`{against_of(against) or against.as_posix()}` (from "
+            f"`{against.as_posix()}/one_model.csv`), each against its own full cell on the test "
+            "split (the "
             "trials above are on the validation subset, against the searched model's full).",
             "",
             "| per-schedule cell | speedup | Δ |",
