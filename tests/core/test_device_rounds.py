@@ -98,7 +98,7 @@ def test_device_rounds_read_the_host_far_less_often_than_they_run(decoders, monk
         with reads.inside():
             return generate(*args, **kwargs)
 
-    monkeypatch.setattr("skipdecode.core.speculative.device_generate", watched)
+    monkeypatch.setattr("skipdecode.core.engine.device_generate", watched)
     out = steps.generate(ids, _lossless(2, new=new), new, mask, eos_token_id=[])
     assert out.stats.graph == "round"
     assert len(rounds) == out.stats.speculation.rounds >= (new - 1) // 3

@@ -41,9 +41,8 @@ in the output's stats (``graph_fallback``): sampling, a confidence threshold, a 
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -51,13 +50,14 @@ import torch
 from .acceptance import accept_greedy
 from .clock import now
 from .compiled import CompileTime, bucketed_capacity
+from .graphs import Recordings
 from .rounds import SpeculativeResult, kept_rows, timed_prefill
 from .sampling import SamplingConfig
 from .stats import SpeculationCounts
 from .step import Speculation
 from .step_graphs import EOS_SLOTS, STEP_GRAPH_LIMIT, data_dependent_rope
 
-__all__ = ["RoundGraphs", "RoundState", "device_refusal", "device_generate"]
+__all__ = ["sync_free", "RoundGraphs", "RoundState", "device_refusal", "device_generate"]
 
 
 def device_refusal(
@@ -84,6 +84,25 @@ def device_refusal(
         (watched, "on_round or profile_rounds (they read every round on the host)"),
     )
     return next((reason for failed, reason in checks if failed), None)
+
+
+def sync_free(
+    decoder: Any,
+    spec: Speculation,
+    sampling: SamplingConfig,
+    stops: Sequence[int],
+    steps: int,
+    watched: bool,
+) -> tuple[bool, str | None]:
+    """Whether a lossless call on ``decoder`` runs sync-free rounds, and why not where they
+    were asked for (``compile_graph="step"``); ``stops``: the EOS ids rows stop at. A decoder
+    that asked for them first checks that its recordings still read the weights."""
+    compiled = decoder.compiled
+    if compiled is None or compiled.graph != "step":
+        return False, None
+    compiled.steps.check_weights()
+    why = device_refusal(spec, sampling, stops, steps, watched, decoder.adapter.config)
+    return why is None, why
 
 
 class RoundState:
@@ -137,18 +156,16 @@ def _mask(state: RoundState, start: torch.Tensor, T: int, dtype: torch.dtype) ->
     return torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]
 
 
-class RoundGraphs:
+class RoundGraphs(Recordings):
     """The sync-free rounds of one decoder, recorded per (batch, capacity, k, draft layers) on
-    its compiled path's recorder (``compiled``: a :class:`~.compiled.CompiledLayers`)."""
+    its compiled path's recorder (``compiled``: a :class:`~.compiled.CompiledLayers`), at most
+    :data:`~.step_graphs.STEP_GRAPH_LIMIT` (:class:`~.graphs.Recordings`)."""
 
     def __init__(self, compiled: Any):
+        super().__init__(STEP_GRAPH_LIMIT)
         self.compiled = compiled
         self.adapter = compiled.adapter
         self.states: dict[tuple[int, int, int], RoundState] = {}
-        self.graphs: OrderedDict[tuple, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = (
-            OrderedDict()
-        )  # least recently used first, at most STEP_GRAPH_LIMIT
-        self.recorded = 0
 
     def state(self, batch: int, capacity: int, k: int, device: torch.device) -> RoundState:
         key = (batch, capacity, k)
@@ -160,41 +177,20 @@ class RoundGraphs:
         """One round on ``state`` (replayed, or recorded first)."""
         n, C = state.visible.shape
         k = state.by_pass.shape[0]
-        key = (n, C, k, draft)
         buffers = (*cache.keys, *cache.values)
-        known = self.graphs.get(key)
-        if known is None:
-            known = (self._record(state, buffers, draft, limit), buffers)
-            self.graphs[key] = known
-            if len(self.graphs) > STEP_GRAPH_LIMIT:
-                self.graphs.popitem(last=False)
-        else:
-            self.graphs.move_to_end(key)
-        replay, recorded = known
-        if any(a is not b for a, b in zip(buffers, recorded, strict=True)):
-            raise RuntimeError(
-                "the cache's buffers are not the ones the round's graph was recorded with; on "
-                "the CUDA-graph path the cache comes from the decoder's pool"
-            )
-        replay()
+        record = functools.partial(self._record, state, buffers, draft, limit)
+        self.replay((n, C, k, draft), buffers, record, "the round")
 
     def _record(self, state: RoundState, buffers, draft: tuple[int, ...], limit: int):
         """Record the round (on a CPU: keep it to call); the time, with the compiling of its
         first layer steps and head and the timing of their product forms, goes to the compiled
         path's compile seconds, never to decoding."""
         compiled, (n, k) = self.compiled, (state.token.shape[0], state.by_pass.shape[0])
-        start = time.perf_counter()
         weights = [*compiled._weights(range(len(buffers) // 2)), self.adapter.lm_head.weight]
-        compiled.forms.prepare(n, weights)
-        compiled.forms.prepare(n * (k + 1), weights)
-        replay = compiled.recorder.record(
-            lambda: self._round(state, buffers, draft, limit), state.tensors()
+        step = functools.partial(self._round, state, buffers, draft, limit)
+        return compiled.compiling(
+            (n, n * (k + 1)), weights, compiled.recorder.record, step, state.tensors()
         )
-        if state.token.is_cuda:
-            torch.cuda.synchronize(state.token.device)
-        compiled.compile_seconds += time.perf_counter() - start
-        self.recorded += 1
-        return replay
 
     def _pass(self, state, buffers, tokens, positions, start, layers, limit) -> torch.Tensor:
         """``tokens`` ``(n, T)`` at ``positions`` through ``layers``, writing columns ``start

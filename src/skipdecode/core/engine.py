@@ -18,6 +18,7 @@ from .cache import DynamicKVCache, KVCache, StaticKVCache
 from .clock import eval_mode
 from .compiled import CompiledLayers
 from .context import Demand, check_context
+from .device_rounds import device_generate, sync_free
 from .loop import DecodeRequest, plan_generate
 from .masks import active_prefixes, causal_attention_mask, position_ids_from_mask
 from .options import DecodeOptions
@@ -250,12 +251,19 @@ class SkipDecoder:
     ) -> GenerationOutput:
         if req.return_logits:  # its tokens come from verify passes, several per pass
             raise ValueError("return_logits=True is not available with a speculative schedule")
+        stops = req.eos_ids if req.stop else []
+        watched = on_round is not None or profile_rounds
+        rounds, why = sync_free(self, speculation, req.sampling, stops, req.max_new_tokens, watched)
         with eval_mode(self.model):  # draft plans nest per round (see core.speculative)
-            result = speculative_generate(
-                self, req.input_ids, req.attention_mask, speculation, req.max_new_tokens,
-                req.sampling, req.eos_ids, req.pad_id, req.stop, on_round, profile_rounds,
-                self.paces,
-            )  # fmt: skip
+            if rounds:  # on the device, no host sync inside a round (core.device_rounds)
+                result = device_generate(self, req.input_ids, req.attention_mask, speculation,
+                                         req.max_new_tokens, stops, req.pad_id)  # fmt: skip
+            else:
+                result = speculative_generate(
+                    self, req.input_ids, req.attention_mask, speculation, req.max_new_tokens,
+                    req.sampling, req.eos_ids, req.pad_id, req.stop, on_round, profile_rounds,
+                    self.paces, fallback=why,
+                )  # fmt: skip
         out = speculative_output(result, self.num_layers, req.input_ids, req.attention_mask)
         out.schedule = schedule.describe()
         return out

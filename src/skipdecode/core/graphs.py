@@ -32,13 +32,64 @@ a CPU.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-__all__ = ["Recorder", "StaticHead", "StaticPass"]
+__all__ = ["Recorder", "Recordings", "StaticHead", "StaticPass", "check_buffers"]
+
+
+def check_buffers(
+    given: Sequence[torch.Tensor], recorded: Sequence[torch.Tensor], what: str
+) -> None:
+    """Refuse a replay whose cache buffers are not the tensors ``what`` was recorded with."""
+    if any(a is not b for a, b in zip(given, recorded, strict=True)):
+        raise RuntimeError(
+            f"the cache's buffers for {what} are not the ones its CUDA graph was recorded with; "
+            "on the CUDA-graph path the cache comes from the decoder's pool "
+            "(SkipDecoder.new_cache)"
+        )
+
+
+class Recordings:
+    """Recorded steps by key, each with the cache buffers it was recorded with: at most
+    ``limit``, the least recently used dropped first; ``recorded`` counts recordings (dropped
+    ones included), ``evicted`` the dropped ones."""
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError(f"recording limit {limit!r} is not allowed: an integer >= 1")
+        self.limit = limit
+        self.graphs: OrderedDict[Any, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = (
+            OrderedDict()
+        )
+        self.recorded = 0
+        self.evicted = 0
+
+    def replay(
+        self,
+        key: Any,
+        buffers: tuple[torch.Tensor, ...],
+        record: Callable[[], Callable[[], Any]],
+        what: str,
+    ) -> None:
+        """Replay the recording of ``key`` (``record()`` makes it first), after checking it
+        reads ``buffers`` (``what``: how an error names it)."""
+        known = self.graphs.get(key)
+        if known is None:
+            known = self.graphs[key] = (record(), buffers)
+            self.recorded += 1
+            if len(self.graphs) > self.limit:
+                self.graphs.popitem(last=False)
+                self.evicted += 1
+        else:
+            self.graphs.move_to_end(key)
+        replay, recorded = known
+        check_buffers(buffers, recorded, what)
+        replay()
 
 
 class Recorder:
@@ -149,12 +200,7 @@ class StaticPass:
             known = (recorder.record(into_hidden, [self.hidden]), buffers)
             self.steps[key] = known
         replay, recorded = known
-        if any(a is not b for a, b in zip(buffers, recorded, strict=True)):
-            raise RuntimeError(
-                f"the cache's buffers for {key!r} are not the ones its CUDA graph was recorded "
-                "with; on the CUDA-graph path the cache comes from the decoder's pool "
-                "(SkipDecoder.new_cache)"
-            )
+        check_buffers(buffers, recorded, repr(key))
         replay()
         return self.hidden
 

@@ -64,7 +64,6 @@ import torch
 
 from .clock import now
 from .compiled import CompileTime, bucketed_capacity
-from .device_rounds import device_generate, device_refusal
 from .draft_verify import SkipDecoder, speculative_round
 from .rounds import (
     Pace,
@@ -107,52 +106,21 @@ def speculative_generate(
     on_round: Callable[[RoundView], None] | None = None,
     profile: bool = False,
     paces: PaceBook | None = None,
+    fallback: str | None = None,
 ) -> SpeculativeResult:
     """Decode a left-padded batch speculatively (see the module docstring). ``on_round`` sees
     the cache and the live rows after every round (for tests and inspection); ``profile``
     times the parts of every round (``counts.phase_seconds``); ``paces``: the decoder's
-    ``auto_off`` verdicts from earlier calls (a fresh judgement per call without it)."""
-    whole = decoder.compiled is not None and decoder.compiled.graph == "step"
-    if whole:  # every recording reads the weights where they were recorded
-        decoder.compiled.steps.check_weights()
-    stops = list(eos_ids) if stop else []
-    watched = on_round is not None or profile
-    why = (
-        device_refusal(spec, sampling, stops, max_new_tokens, watched, decoder.adapter.config)
-        if whole
-        else None
-    )
-    if whole and why is None:
-        return device_generate(decoder, input_ids, attention_mask, spec, max_new_tokens, stops,
-                               pad_id)  # fmt: skip
-    return _host_driven(decoder, input_ids, attention_mask, spec, max_new_tokens, sampling,
-                        eos_ids, pad_id, stop, on_round, profile, paces, why)  # fmt: skip
-
-
-def _host_driven(
-    decoder: SkipDecoder,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    spec: Speculation,
-    max_new_tokens: int,
-    sampling: SamplingConfig,
-    eos_ids: Sequence[int],
-    pad_id: int,
-    stop: bool,
-    on_round: Callable[[RoundView], None] | None,
-    profile: bool,
-    paces: PaceBook | None,
-    why: str | None,
-) -> SpeculativeResult:
-    """:func:`speculative_generate` with the host driving each round (:mod:`.draft_verify`);
-    ``why``: the reason the sync-free rounds were asked for and not used, if they were."""
+    ``auto_off`` verdicts from earlier calls (a fresh judgement per call without it);
+    ``fallback``: why the sync-free rounds (:mod:`.device_rounds`) were asked for and not used."""
     B, P = input_ids.shape
     N = max_new_tokens
     device = input_ids.device
     generator = sampling.generator(device)
     eos = torch.tensor(list(eos_ids) if stop and eos_ids else [-1], device=device)
-    result = _new_result(decoder, torch.full((B, N), pad_id, dtype=torch.long, device=device), why)
-    out, counts, compiled = result.generated, result.counts, decoder.compiled
+    out = torch.full((B, N), pad_id, dtype=torch.long, device=device)
+    result = _new_result(decoder, out, fallback)
+    counts, compiled = result.counts, decoder.compiled
     capacity = P + N + spec.k + 1
     cache = decoder.new_cache(B, capacity if compiled is None else bucketed_capacity(capacity))
     compiling = CompileTime(compiled)
@@ -201,10 +169,10 @@ def _host_driven(
     return result
 
 
-def _new_result(decoder: SkipDecoder, out: torch.Tensor, why: str | None) -> SpeculativeResult:
+def _new_result(decoder: SkipDecoder, out: torch.Tensor, fallback: str | None) -> SpeculativeResult:
     """A host-driven call's result, before any pass: which path its passes run on, and why not
-    the sync-free rounds where they were asked for (``why``)."""
-    result = SpeculativeResult(out, [], [], SpeculationCounts(), 0.0, 0.0, graph_fallback=why)
+    the sync-free rounds where they were asked for (``fallback``)."""
+    result = SpeculativeResult(out, [], [], SpeculationCounts(), 0.0, 0.0, graph_fallback=fallback)
     compiled = decoder.compiled
     result.compiled = compiled is not None
     if compiled is not None:  # whole-step graphs asked for: the rounds' passes run per layer

@@ -27,8 +27,7 @@ inside a step that reads a device value on the host.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ import torch
 
 from .adapters import DecoderAdapter
 from .cache import StaticKVCache
+from .graphs import Recordings
 
 __all__ = [
     "EOS_SLOTS",
@@ -152,23 +152,16 @@ def _epilogue(adapter: DecoderAdapter, hidden: torch.Tensor, state: StepState, s
     state.index.add_(1)
 
 
-class StepGraphs:
+class StepGraphs(Recordings):
     """The whole-step recordings of one decoder (see the module doc), built on its compiled
     layer step (``compiled``, a :class:`~skipdecode.core.compiled.CompiledLayers` with a
-    recorder)."""
+    recorder), at most ``limit`` (:class:`~skipdecode.core.graphs.Recordings`)."""
 
     def __init__(self, compiled: Any, limit: int = STEP_GRAPH_LIMIT):
-        if limit < 1:
-            raise ValueError(f"step graph limit {limit!r} is not allowed: an integer >= 1")
+        super().__init__(limit)
         self.compiled = compiled
         self.adapter: DecoderAdapter = compiled.adapter
-        self.limit = limit
         self.states: dict[tuple[int, int], StepState] = {}
-        self.graphs: OrderedDict[tuple, tuple[Callable[[], Any], tuple[torch.Tensor, ...]]] = (
-            OrderedDict()
-        )
-        self.recorded = 0  # whole steps recorded (evicted ones included)
-        self.evicted = 0
         self.record_seconds = 0.0  # spent recording (compiling the first of a kind included)
         self._prologue = compiled.compile_fn(_prologue)
         self._epilogue = compiled.compile_fn(_epilogue)
@@ -202,27 +195,12 @@ class StepGraphs:
         """One decode pass of ``plan`` on ``state``: replayed, or recorded first."""
         key = (state.mask.shape[0], state.mask.shape[-1], plan, stop)
         buffers = tuple(t for i in plan for t in cache.claim(i, 1))
-        known = self.graphs.get(key)
-        if known is None:
-            known = self._record(state, plan, buffers, stop)
-            self.graphs[key] = known
-            if len(self.graphs) > self.limit:
-                self.graphs.popitem(last=False)
-                self.evicted += 1
-        else:
-            self.graphs.move_to_end(key)
-        replay, recorded = known
-        if any(a is not b for a, b in zip(buffers, recorded, strict=True)):
-            raise RuntimeError(
-                f"the cache's buffers for plan {plan} are not the ones its whole-step graph was "
-                "recorded with; on the CUDA-graph path the cache comes from the decoder's pool "
-                "(SkipDecoder.new_cache)"
-            )
-        replay()
+        record = functools.partial(self._record, state, plan, buffers, stop)
+        self.replay(key, buffers, record, f"plan {plan}")
 
     def _record(
         self, state: StepState, plan: tuple[int, ...], buffers: tuple[torch.Tensor, ...], stop: bool
-    ) -> tuple[Callable[[], Any], tuple[torch.Tensor, ...]]:
+    ) -> Callable[[], Any]:
         compiled, adapter = self.compiled, self.adapter
         modules = [compiled._modules[i] for i in plan]
 
@@ -235,14 +213,10 @@ class StepGraphs:
                 )  # fmt: skip
             self._epilogue(adapter, hidden, state, stop)
 
-        start = time.perf_counter()
+        before = compiled.compile_seconds
         weights = [*compiled._weights(plan), adapter.lm_head.weight]
-        compiled.forms.prepare(state.mask.shape[0], weights)  # as the per-layer path does
-        replay = compiled.recorder.record(whole_step, state.written())
-        if state.mask.is_cuda:
-            torch.cuda.synchronize(state.mask.device)
-        seconds = time.perf_counter() - start
-        self.record_seconds += seconds
-        compiled.compile_seconds += seconds  # never counted as decoding
-        self.recorded += 1
-        return replay, buffers
+        replay = compiled.compiling(
+            (state.mask.shape[0],), weights, compiled.recorder.record, whole_step, state.written()
+        )  # as the per-layer path: product forms timed first, the time never decoding
+        self.record_seconds += compiled.compile_seconds - before
+        return replay
