@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from skipdecode.evaluation.speed import paired_speedups
 from skipdecode.experiments.recompute.cli import audit, main
-from skipdecode.experiments.recompute.speeds import check_speeds
+from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
 from skipdecode.experiments.sweeps.audit import write_audit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +105,74 @@ def test_a_speedup_that_its_raw_timings_do_not_give_is_caught():
     wrong = _raw_record([1.0, 2.0, 3.0], [4.0, 6.0, 5.0], 6.0 / 1.0)  # max over min, say
     found = check_speeds([(Path("wrong"), wrong)]).differences
     assert found == ["wrong: measured_speedup_decode 6.0 != 2.5"]
+
+
+def test_a_record_under_the_paired_definition_is_checked_by_it():
+    """Rounds (4/1, 6/2, 5/3): the point is their median, 3.0, inside their range; the ratio of
+    summed medians (2.5) is a defect under the definition the record states."""
+    record = _raw_record([1.0, 2.0, 3.0], [4.0, 6.0, 5.0], 3.0)
+    pooled = 1.0  # every prefill took a second, on both sides
+    e2e = [(pooled + b) / (pooled + d) for b, d in ((4, 1), (6, 2), (5, 3))]
+    record["speed"]["measured_speedup_e2e"] = sorted(e2e)[1]
+    record["speed"]["timing"].update(
+        definition="median of paired rounds; prefill pooled", measured_speedup_e2e_per_repeat=e2e
+    )
+    assert check_speeds([(Path("paired"), record)]).differences == []
+    record["speed"]["measured_speedup_decode"] = 2.5  # the older definition's figure
+    found = check_speeds([(Path("paired"), record)]).differences
+    assert found == ["paired: measured_speedup_decode 2.5 != 3.0"]
+
+
+def test_the_paired_definition_puts_the_point_inside_its_interval():
+    """Record 7's defect (a point from summed medians outside the rounds' spread) cannot happen:
+    the writer's point is the rounds' median, the audit's arithmetic agrees with it."""
+    batches = [
+        {"decode": [1.0, 3.0, 3.0], "base_decode": [1.0, 3.0, 2.0],
+         "prefill": [2.0, 4.0, 3.0], "base_prefill": [5.0, 1.0, 6.0]},
+        {"decode": [3.0, 4.0, 1.0], "base_decode": [4.0, 3.0, 2.0],
+         "prefill": [1.0, 1.0, 1.0], "base_prefill": [1.0, 1.0, 1.0]},
+    ]  # fmt: skip
+    paired = paired_speedups(batches)
+    low, high = paired["measured_speedup_decode_spread"]
+    assert low <= paired["measured_speedup_decode"] <= high
+    assert paired["prefill_seconds_pooled"] == 3.5 + 1.0  # median of six, per batch
+    older = sum(statistics.median(b["base_decode"]) for b in batches) / sum(
+        statistics.median(b["decode"]) for b in batches
+    )
+    assert older == 5.0 / 6.0 and (low, high) == (6.0 / 7.0, 1.25)  # summed medians: outside
+    raw = {"batches": [{**b, "timed": True} for b in batches]}
+    assert recomputed_speeds(raw)["paired"] == {
+        k: paired[k] for k in ("measured_speedup_decode", "measured_speedup_e2e")
+    }
+
+
+def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(folder):
+    """An older record keeps its rounds' ratios but no raw seconds: its cell shows their median
+    (the e2e figure as written); a cell showing the written point is a difference."""
+    cells = folder / "e2e_gemma3" / "cells.csv"
+    with cells.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    index = next(
+        i
+        for i, row in enumerate(rows)
+        if (
+            json.loads((folder / "e2e_gemma3" / row["job"] / "record.json").read_text())["speed"]
+            .get("timing", {})
+            .get("measured_speedup_decode_per_repeat")
+        )
+    )
+    job = rows[index]["job"]
+    record = json.loads((folder / "e2e_gemma3" / job / "record.json").read_text())
+    rounds = record["speed"]["timing"]["measured_speedup_decode_per_repeat"]
+    assert float(rows[index]["measured_speedup_decode"]) == statistics.median(rounds)
+    assert _differences(folder) == []
+    _edit_csv(
+        cells,
+        index,
+        "measured_speedup_decode",
+        repr(record["summary"]["measured_speedup_decode"] + 0.01),
+    )
+    assert any("measured_speedup_decode" in d for d in _differences(folder))
 
 
 def test_a_kept_diff_that_does_not_apply_to_its_commit_is_caught(tmp_path):

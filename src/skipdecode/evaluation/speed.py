@@ -15,14 +15,19 @@ the same work apart from the layers skipped:
   The two differ whenever budgets change while rows finish: for static schedules whose budget
   shrinks, later passes (small budgets) have fewer live rows, so the per-token figure is lower;
   for CALM in a batch the pass waits for its slowest token, so the batch figure is lower.
-* ``measured_speedup_decode``: full decode seconds / evaluated decode seconds (decode loop only),
-  each the sum over batches of the per-batch median over ``eval.speed.repeats`` interleaved rounds;
-  ``timing`` holds every round's ratio and their spread. ``eval.speed.timed_batches: N`` times
-  only N batches, evenly spaced over the length-sorted split (the rest decode once, for quality).
+* ``measured_speedup_decode`` (:func:`paired_speedups`, the one definition): each of the
+  ``eval.speed.repeats`` interleaved rounds times the schedule and full on every timed batch, so a
+  round is one paired draw: full's decode seconds summed over the timed batches / the schedule's.
+  The point is the median of the rounds' ratios and the interval their range (``timing``), so
+  the point lies inside its interval. ``eval.speed.timed_batches: N`` times only N batches,
+  evenly spaced over the length-sorted split (the rest decode once, for quality).
 * ``consistency``: measured decode speedup / batch speedup, and the speedup a step's cost split
   predicts (``core.costs``), with ``efficiency`` = measured / predicted.
-* ``measured_speedup_e2e``: the same with prefill included (prefill runs every layer in both, so
-  this is lower than the decode ratio; it is the end-to-end latency ratio per batch).
+* ``measured_speedup_e2e``: the same with prefill added to both sides of each round. The prompt
+  runs every layer under every schedule, so the prefill is identical work and is measured once:
+  per batch the median over every round of both sides' prefill seconds, the same figure on both
+  sides (``timing.prefill``). This is lower than the decode ratio; it is the end-to-end latency
+  ratio per batch.
 * ``long_prompts``: where prompts are long the prefill eats the decode speedup. Over the timed
   batches: ``prefill_share`` (prefill / (prefill + decode) seconds) of the schedule and of the
   baseline, and ``predicted_speedup_e2e``, the end-to-end speedup the layer counts predict: the
@@ -42,13 +47,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core.costs import ideal_speedup
 from .generation import GenerationRun
 
-__all__ = ["speed_record", "ratio", "raw_timings"]
+__all__ = ["speed_record", "ratio", "raw_timings", "paired_speedups", "published_speedups"]
+
+#: How ``timing`` says which definition made a record's measured speedups (older records: none).
+DEFINITION = "median of paired rounds; prefill pooled"
 
 
 def ratio(a: float, b: float) -> float | None:
@@ -81,32 +89,78 @@ def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
     speed["baseline"] = {"schedule": baseline, "mode": "same batches, same decode steps", **ref}
     timed = [t for t in run.times if t["base_decode"]]  # batches timed against the baseline
 
-    def median_sum(key: str) -> float:
-        return sum(statistics.median(t[key]) for t in timed)
-
-    decode, base_decode = median_sum("decode"), median_sum("base_decode")
-    speed["measured_speedup_decode"] = ratio(base_decode, decode)
-    speed["measured_speedup_e2e"] = ratio(
-        base_decode + median_sum("base_prefill"), decode + median_sum("prefill")
-    )
-    per_repeat = [
-        ratio(sum(t["base_decode"][r] for t in timed), sum(t["decode"][r] for t in timed))
-        for r in range(run.repeats)
-    ]
+    paired = paired_speedups(timed)
+    speed["measured_speedup_decode"] = paired["measured_speedup_decode"]
+    speed["measured_speedup_e2e"] = paired["measured_speedup_e2e"]
     speed["timing"] = {
         "timed_batches": len(timed),
         "batches": len(run.times),
         "repeats": run.repeats,
         "order": "interleaved per batch: (schedule, full), (full, schedule), ...",
-        "aggregation": "per-batch median over repeats, summed over batches",
-        "measured_speedup_decode_per_repeat": per_repeat,
-        "measured_speedup_decode_spread": [min(per_repeat), max(per_repeat)]
-        if all(x is not None for x in per_repeat)
-        else None,
+        "definition": DEFINITION,
+        "aggregation": "per round, full's seconds summed over the timed batches / the "
+        "schedule's; the point is the median of the rounds' ratios, the spread their range",
+        "prefill": "identical work on both sides: per batch the median over every round of "
+        "both sides' prefill seconds, added to both",
     }
+    for key in ("decode_per_repeat", "decode_spread", "e2e_per_repeat", "e2e_spread"):
+        speed["timing"][f"measured_speedup_{key}"] = paired[f"measured_speedup_{key}"]
+    speed["timing"]["prefill_seconds_pooled"] = paired["prefill_seconds_pooled"]
     speed["consistency"] = _consistency(run, speed)
     speed["long_prompts"] = _long_prompts(run, timed)
     return speed
+
+
+def paired_speedups(timed: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, Any]:
+    """The measured speedups of batches timed against the baseline (the module doc's definition).
+
+    ``timed``: per batch, every round's ``decode``, ``prefill``, ``base_decode`` and
+    ``base_prefill`` seconds (a record's ``speed.raw`` batches). Round r is one paired draw; the
+    prefill, the same work on both sides, is one pooled median per batch."""
+    rounds = min((len(t["decode"]) for t in timed), default=0)
+    pooled = sum(statistics.median([*t["prefill"], *t["base_prefill"]]) for t in timed)
+    decode = [
+        ratio(*(sum(t[k][r] for t in timed) for k in ("base_decode", "decode")))
+        for r in range(rounds)
+    ]
+    e2e = [
+        ratio(
+            pooled + sum(t["base_decode"][r] for t in timed),
+            pooled + sum(t["decode"][r] for t in timed),
+        )
+        for r in range(rounds)
+    ]
+    out: dict[str, Any] = {}
+    for name, draws in (("decode", decode), ("e2e", e2e)):
+        whole = bool(draws) and all(x is not None for x in draws)
+        out[f"measured_speedup_{name}"] = statistics.median(draws) if whole else None
+        out[f"measured_speedup_{name}_per_repeat"] = draws
+        out[f"measured_speedup_{name}_spread"] = [min(draws), max(draws)] if whole else None
+    out["prefill_seconds_pooled"] = pooled
+    return out
+
+
+def published_speedups(speed: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's measured speedups as the tables publish them: :func:`paired_speedups` over its
+    raw timings; for a record written before raw timings were kept, the median of the decode
+    rounds' ratios it kept (its end-to-end figure, from each side's own prefill, as written);
+    for one that kept neither, its figures as written. ``speedup_source`` says which."""
+    raw = [b for b in (speed.get("raw") or {}).get("batches", []) if b.get("timed")]
+    if raw:
+        paired = paired_speedups(raw)
+        return {
+            "measured_speedup_decode": paired["measured_speedup_decode"],
+            "measured_speedup_e2e": paired["measured_speedup_e2e"],
+            "speedup_source": "raw timings",
+        }
+    rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
+    out = {k: speed.get(k) for k in ("measured_speedup_decode", "measured_speedup_e2e")}
+    if rounds and all(x is not None for x in rounds):
+        out["measured_speedup_decode"] = statistics.median(rounds)
+        out["speedup_source"] = "rounds' decode ratios (e2e as written)"
+    else:
+        out["speedup_source"] = "as written" if out["measured_speedup_decode"] is not None else None
+    return out
 
 
 def raw_timings(run: GenerationRun) -> dict[str, Any]:

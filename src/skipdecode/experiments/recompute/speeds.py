@@ -1,51 +1,89 @@
 """Measured speedups recomputed from an evaluation record's raw timings (``speed.raw``).
 
-Own arithmetic, from the definitions in docs/METRICS.md: per timed batch the median over rounds
-of each of the four timings (schedule and baseline, prefill and decode); the decode speedup is
-the baseline's summed medians over the schedule's, the end-to-end one the same with prefill
-added; each round's decode ratio sums that round over the timed batches; the prefill shares are
-prefill over prefill + decode of each side's summed medians. A record that keeps no raw timings
-(written before they were kept) is counted as not recomputable.
+Own arithmetic, from the definitions in docs/METRICS.md. A round is one paired draw: its decode
+ratio is the baseline's decode seconds summed over the timed batches over the schedule's; its
+end-to-end ratio adds to both sides the pooled prefill (per timed batch, the median of every
+round's prefill seconds of both sides: the same work). A speedup is the median of its rounds'
+ratios (records that state ``timing.definition``). Records written before that definition give
+the baseline's summed per-batch medians over the schedule's, each side with its own prefill; the
+audit checks each record by the definition it was written under, and the tables by the one
+definition (:func:`published`). The prefill shares are prefill over prefill + decode of each
+side's summed medians. A record that keeps no raw timings (written before they were kept) is
+counted as not recomputable; the tables then publish the median of the decode rounds it kept.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .findings import Findings
 
-__all__ = ["check_speeds", "recomputed_speeds"]
+__all__ = ["check_speeds", "recomputed_speeds", "published"]
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The speed figures the raw timings give (keys as in the record's ``speed`` section)."""
+    """The speed figures the raw timings give, under both definitions (``paired``: the
+    rounds' median; ``summed``: the older ratio of summed medians)."""
     timed = [b for b in raw.get("batches", []) if b.get("timed")]
     if not timed:
         return {}
 
     def total(key: str) -> float:
-        return sum(statistics.median(b[key]) for b in timed)
+        return sum(_median(b[key]) for b in timed)
+
+    def round_sum(key: str, r: int) -> float:
+        return sum(b[key][r] for b in timed)
 
     decode, base_decode = total("decode"), total("base_decode")
     prefill, base_prefill = total("prefill"), total("base_prefill")
-    rounds = min(len(b["decode"]) for b in timed)
+    pooled = sum(_median(list(b["prefill"]) + list(b["base_prefill"])) for b in timed)
+    rounds = range(min(len(b["decode"]) for b in timed))
+    per_round = [round_sum("base_decode", r) / round_sum("decode", r) for r in rounds]
+    e2e_rounds = [
+        (pooled + round_sum("base_decode", r)) / (pooled + round_sum("decode", r)) for r in rounds
+    ]
     return {
-        "measured_speedup_decode": base_decode / decode,
-        "measured_speedup_e2e": (base_decode + base_prefill) / (decode + prefill),
-        "per_repeat": [
-            sum(b["base_decode"][r] for b in timed) / sum(b["decode"][r] for b in timed)
-            for r in range(rounds)
-        ],
+        "paired": {
+            "measured_speedup_decode": _median(per_round),
+            "measured_speedup_e2e": _median(e2e_rounds),
+        },
+        "summed": {
+            "measured_speedup_decode": base_decode / decode,
+            "measured_speedup_e2e": (base_decode + base_prefill) / (decode + prefill),
+        },
+        "per_repeat": per_round,
+        "e2e_per_repeat": e2e_rounds,
         "prefill_share": prefill / (prefill + decode),
         "prefill_share_baseline": base_prefill / (base_prefill + base_decode),
     }
 
 
+def published(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The decode and end-to-end speedups a table must show for this record: from its raw
+    timings (the paired definition); else the median of the decode rounds it kept, with its
+    end-to-end figure as written; else its summary's figures."""
+    speed = record.get("speed") or {}
+    summary = record.get("summary") or {}
+    out = {k: summary.get(k) for k in ("measured_speedup_decode", "measured_speedup_e2e")}
+    got = recomputed_speeds(speed.get("raw") or {})
+    if got:
+        return dict(got["paired"])
+    rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
+    if rounds and all(isinstance(x, (int, float)) for x in rounds):
+        out["measured_speedup_decode"] = _median(rounds)
+    return out
+
+
 def check_speeds(records: list[tuple[Path, Mapping[str, Any]]]) -> Findings:
-    """Every evaluation record's speedups against its raw timings."""
+    """Every evaluation record's speedups against its raw timings, by the definition it states."""
     found = Findings("speedups from raw timings")
     for path, record in records:
         speed = record.get("speed") or {}
@@ -58,16 +96,19 @@ def check_speeds(records: list[tuple[Path, Mapping[str, Any]]]) -> Findings:
             found.skip("evaluation records with no batch timed against a baseline")
             continue
         where = str(path)
+        timing = speed.get("timing") or {}
+        stated = got["paired"] if timing.get("definition") else got["summed"]
         for key in ("measured_speedup_decode", "measured_speedup_e2e"):
-            found.compare(where, key, speed.get(key), got[key])
-        per_repeat = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
-        for r, value in enumerate(got["per_repeat"]):
-            found.compare(
-                where,
-                f"round {r} decode ratio",
-                per_repeat[r] if r < len(per_repeat) else None,
-                value,
-            )
+            found.compare(where, key, speed.get(key), stated[key])
+        rounds = [("decode", got["per_repeat"])]
+        if timing.get("definition"):
+            rounds.append(("e2e", got["e2e_per_repeat"]))
+        for name, values in rounds:
+            kept = timing.get(f"measured_speedup_{name}_per_repeat") or []
+            for r, value in enumerate(values):
+                found.compare(
+                    where, f"round {r} {name} ratio", kept[r] if r < len(kept) else None, value
+                )
         prompts = speed.get("long_prompts") or {}
         for key in ("prefill_share", "prefill_share_baseline"):
             found.compare(where, key, prompts.get(key), got[key])

@@ -1,7 +1,7 @@
 """A results folder's tables recomputed from its records, with arithmetic of its own.
 
 ``cells.csv``: each finished cell's quality and speed columns are its record's summary figures
-(``<job>/record.json``). ``results.csv``: each row's seed count, the mean over its finished cells
+(``<job>/record.json``), its measured speedups those of :func:`.speeds.published`. ``results.csv``: each row's seed count, the mean over its finished cells
 of every quality and speed column, and the 95% t-interval of each quality mean
 (``mean +- t(0.975, n - 1) x sd / sqrt(n)``, the quantiles below), from ``cells.csv``.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..sweeps.table import num
 from .findings import Findings
+from .speeds import published
 
 __all__ = ["check_tables", "T975"]
 
@@ -65,7 +66,8 @@ def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> 
         if not path.is_file():
             found.skip("cells whose record is not in the folder")
             continue
-        summary = json.loads(path.read_text(encoding="utf-8")).get("summary") or {}
+        record = json.loads(path.read_text(encoding="utf-8"))
+        summary = {**(record.get("summary") or {}), **published(record)}
         for column, key in CELL_COLUMNS:
             if key in summary:
                 found.compare(

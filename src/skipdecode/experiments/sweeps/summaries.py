@@ -124,6 +124,7 @@ def _cell_scores(cell: dict[str, Any]) -> dict[str, Any] | None:
     values = {k: sum(v) / len(v) if v else None for k, v in per_input.items()}
     values["bleu"] = num(cell.get("bleu"))
     values.update({k: long_prompts.get(k, speed.get(k)) for k in SPEED})
+    values.update({k: cell.get(k) for k in ("measured_speedup_decode", "measured_speedup_e2e")})
     return {
         "outputs": outputs,
         "references": references,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ...evaluation.metrics.outputs import OUTPUT_STATS
+from ...evaluation.speed import published_speedups
 from ...io import read_json_or_none, write_text_atomic
 from ...provenance import diff_missing
 from .audit import provenance_note
@@ -74,6 +75,7 @@ COLUMNS: tuple[str, ...] = (
     "batch_speedup",
     "measured_speedup_decode",
     "measured_speedup_e2e",
+    "speedup_source",
     "bleu",
     "rougeL",
     "bertscore_f1",
@@ -136,7 +138,7 @@ _MD_HEADERS = {
     "capped_share": "capped",
     "repeat_4gram": "rep. 4-grams",
 }
-_MD_SKIP = ("cell_id", "record")
+_MD_SKIP = ("cell_id", "record", "speedup_source")
 
 
 def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,6 +175,7 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
             for key in COLUMNS:
                 if key in summary:
                     row[key] = summary[key]
+            row.update(published_speedups(record.get("speed") or {}))  # one definition
             row["record"] = str(cell.get("record"))
             row["no_diff"] = diff_missing(record.get("provenance"))
             row.update(cell_output_stats(cell, record))
