@@ -34,6 +34,7 @@ from omegaconf import OmegaConf
 
 from ...config import resolve_config
 from ...evaluation.evaluate import evaluate
+from ...evaluation.speed import published_speedups
 from ...io import read_json_or_none, write_json_atomic
 from ...schedules import ScheduleError
 
@@ -143,7 +144,7 @@ def search_trial(cfg: Any) -> tuple[float, float]:
         write_json_atomic(job / TRIAL_FILE, trial)
         return WORST
     scale = METRICS[metric]
-    speed = float(record["summary"]["measured_speedup_decode"])
+    speed = float(published_speedups(record["speed"])["measured_speedup_decode"])
     delta = scale * (float(record["summary"][metric]) - float(full["summary"][metric]))
     trial.update(
         status="ok",
