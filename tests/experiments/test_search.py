@@ -14,6 +14,7 @@ from offline_env import offline_env
 from wandb_offline import read_offline_run
 
 from skipdecode.experiments.search.front import (
+    best_at_speed,
     best_trial,
     pareto_front,
     per_schedule_points,
@@ -99,6 +100,36 @@ def test_the_front_and_the_best_schedule():
     assert pareto_front(trials) == ["0", "1", "3"]  # 2 is slower and worse than 1
     assert best_trial(trials)["trial"] == "1"
     assert best_trial([t for t in trials if not t.get("feasible")]) is None
+    assert best_at_speed(trials, 1.8)["trial"] == "1"  # the best quality at >= 1.8x
+    assert best_at_speed(trials, 2.1)["trial"] == "3"
+    assert best_at_speed(trials, 3.0) is None
+
+
+def test_the_chosen_trial_travels_as_a_preset_that_builds_its_schedule(tmp_path):
+    """--preset writes the chosen trial's schedule as conf/schedule/<name>.yaml; composed as a
+    schedule preset it is the trial's schedule, key for key."""
+    from omegaconf import OmegaConf
+
+    schedule = {"name": "target", "target_speedup": 2.3, "warmup_layers": 2, "spread": 0.25}
+    trials = [
+        {"status": "ok", "speed": 2.1, "delta": -3.0, "feasible": False, "schedule": schedule,
+         "metric": "rougeL_max", "quality_floor": -0.5},
+        {"status": "ok", "speed": 1.6, "delta": -1.0, "feasible": False,
+         "schedule": {"name": "power_law", "target_speedup": 1.7, "warmup_layers": 1},
+         "metric": "rougeL_max", "quality_floor": -0.5},
+    ]  # fmt: skip
+    sweep = tmp_path / "sweep"
+    for n, t in enumerate(trials):
+        (sweep / str(n)).mkdir(parents=True)
+        (sweep / str(n) / "trial.json").write_text(json.dumps(t))
+    with pytest.raises(ValueError, match="no trial meets the floor; give --min-speed"):
+        write_front(sweep, preset=tmp_path / "p.yaml")
+    paths = write_front(sweep, min_speed=1.8, preset=tmp_path / "p.yaml")
+    assert OmegaConf.to_container(OmegaConf.load(paths["preset"])) == schedule
+    assert "Best quality at or above 1.8x measured: trial 0" in paths["md"].read_text()
+    with pytest.raises(ValueError, match="--min-speed 3: no trial is that fast"):
+        write_front(sweep, min_speed=3.0, preset=tmp_path / "q.yaml")
+    assert not (tmp_path / "q.yaml").exists()
 
 
 def test_the_per_schedule_cells_beside_the_front_are_the_published_ones():

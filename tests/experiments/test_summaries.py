@@ -246,6 +246,30 @@ def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
     assert paths["md"].read_text() == md
 
 
+def test_a_searched_schedule_is_set_beside_the_cells_it_is_paired_with(tmp_path):
+    """--pair searched=target_2x: the searched schedule's row compares with target_2x's
+    per-schedule cells, says so, and make docs keeps the pairing (from the CSV)."""
+    from skipdecode.experiments.sweeps.one_model import pairs_of, write_one_model
+    from skipdecode.experiments.sweeps.pages import PARTS
+
+    own, one = tmp_path / "results" / "per_schedule", tmp_path / "results" / "randomized"
+    _cell(own, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
+    _cell(own, 1, "target_2x", 1, ["a new model", "a study of loss"])
+    _cell(one, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
+    _cell(one, 1, "searched", 1, ["a parser that is fast", "a study of loss"])
+    unpaired = write_one_model(one, own, label="results/per_schedule", pairs={})
+    row = {r["schedule"]: r for r in csv.DictReader(unpaired["csv"].open())}["searched"]
+    assert row["per_schedule_seeds"] == "" and row["rougeL_max_delta"] == ""  # nothing to pair
+    paths = write_one_model(one, own, label="results/per_schedule", pairs={"searched": "target_2x"})
+    row = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}["searched"]
+    assert row["per_schedule"] == "target_2x" and row["per_schedule_seeds"] == "1"
+    assert row["delta_seeds"] == "1" and row["rougeL_max_delta"] != ""
+    md = paths["md"].read_text()
+    assert "| searched (against target_2x) | 1 / 1 |" in md and "--pair searched=target_2x" in md
+    assert pairs_of(one) == {"searched": "target_2x"}
+    assert PARTS["one_model"](one) == "one model" and paths["md"].read_text() == md
+
+
 def test_one_model_page_decides_on_bleu_where_the_task_is_not_summarization(tmp_path):
     """E2E cells: the page is written (its own summaries never are) and decides on BLEU."""
     from skipdecode.experiments.sweeps.one_model import write_one_model

@@ -5,7 +5,10 @@ trial (its schedule, measured decode speedup, quality difference from full, whet
 floor), the Pareto front over the two objectives (no other trial is at least as fast and at
 least as good, and better in one), and the best schedule: the fastest trial that meets the
 floor. Writes ``search.md``, ``search.csv`` and ``search_front.png`` (every trial, the front
-joined) into ``--out`` (default: the sweep folder), each whole or not at all. ``--against`` a
+joined) into ``--out`` (default: the sweep folder), each whole or not at all. ``--min-speed S``
+also names the best-quality trial at least S fast, and ``--preset conf/schedule/<name>.yaml``
+writes the chosen trial's schedule as a preset, which the sweep then scores on the test split
+like any schedule (``make study NAME=searched_scitldr``). ``--against`` a
 published randomized model's folder (its ``one_model.csv``) puts the per-schedule fine-tuned
 cells beside the front: their measured decode speedup and quality difference from their own
 full cell, on the test split (the trials' are on the validation subset; the page says so).
@@ -28,7 +31,7 @@ from ..sweeps.plots import save_figure
 from ..sweeps.table import csv_text
 from .trial import METRICS, TRIAL_FILE
 
-__all__ = ["best_trial", "pareto_front", "read_trials", "write_front"]
+__all__ = ["best_at_speed", "best_trial", "pareto_front", "read_trials", "write_front"]
 
 COLUMNS = ("trial", "status", "schedule", "speed", "delta", "feasible", "front", "error")
 
@@ -63,6 +66,27 @@ def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return max(feasible, key=lambda t: (t["speed"], t["delta"]), default=None)
 
 
+def best_at_speed(
+    trials: Sequence[Mapping[str, Any]], min_speed: float
+) -> Mapping[str, Any] | None:
+    """The trial with the best quality among those at least ``min_speed`` fast (ties: the
+    faster); None if no trial is that fast."""
+    fast = [t for t in trials if t.get("status") == "ok" and t["speed"] >= min_speed]
+    return max(fast, key=lambda t: (t["delta"], t["speed"]), default=None)
+
+
+def write_preset(trial: Mapping[str, Any], path: Path, sweep: Path, why: str) -> None:
+    """The trial's schedule as a schedule preset (``conf/schedule/<name>.yaml``), so that the
+    sweep can evaluate it on the test split like any other schedule."""
+    head = (
+        f"# Written by python -m skipdecode.experiments.search.front {sweep.as_posix()}: trial "
+        f"{trial['trial']}, {why}\n# (measured {trial['speed']:.2f}x decode, "
+        f"Δ{trial.get('metric')} {trial['delta']:+.2f} on the validation subset); do not edit.\n"
+    )
+    body = "".join(f"{k}: {json.dumps(v)}\n" for k, v in trial["schedule"].items())
+    write_text_atomic(path, head + body)
+
+
 def per_schedule_points(one_model_csv: Path, metric: str) -> list[dict[str, Any]]:
     """The per-schedule fine-tuned cells of a randomized model's ``one_model.csv``: each
     schedule's measured decode speedup and ``metric`` difference from the full cell (the
@@ -79,6 +103,8 @@ def per_schedule_points(one_model_csv: Path, metric: str) -> list[dict[str, Any]
         speed = r.get("per_schedule_measured_speedup_decode")
         if r["schedule"] == "full" or not speed or not r.get(column):
             continue
+        if r.get("per_schedule") not in (None, "", r["schedule"]):
+            continue  # a schedule compared with another's cells (a searched one): not beside
         delta = METRICS[metric] * (float(r[column]) - float(full[column]))
         points.append({"schedule": r["schedule"], "speed": float(speed), "delta": delta})
     return points
@@ -121,10 +147,16 @@ def _plot(
 
 
 def write_front(
-    sweep: Path, out: Path | None = None, against: Path | None = None
+    sweep: Path,
+    out: Path | None = None,
+    against: Path | None = None,
+    min_speed: float | None = None,
+    preset: Path | None = None,
 ) -> dict[str, Path] | None:
     """Write the page, its CSV and the plot; None when the folder holds no trial. ``against``:
-    a randomized model's folder whose per-schedule cells go beside the front."""
+    a randomized model's folder whose per-schedule cells go beside the front; ``min_speed``:
+    also name the best-quality trial at least that fast; ``preset``: write the chosen trial
+    (that one, else the best at the floor) as a schedule preset."""
     trials = read_trials(sweep)
     if not trials:
         return None
@@ -161,6 +193,7 @@ def write_front(
             else "none: no trial meets the floor."
         ),
         "",
+        *_at_speed_lines(trials, min_speed, metric),
         "| trial | schedule | speedup | Δ | meets floor | front |",
         "|---|---|---|---|---|---|",
     ]
@@ -189,10 +222,42 @@ def write_front(
             *(f"| {p['schedule']} | {p['speed']:.2f}x | {p['delta']:+.2f} |" for p in beside),
         ]
     paths = {"md": out / "search.md", "csv": out / "search.csv", "png": out / "search_front.png"}
+    if preset is not None:
+        chosen, why = _chosen(trials, best, min_speed)
+        write_preset(chosen, preset, sweep, why)
+        paths["preset"] = preset
     write_text_atomic(paths["csv"], csv_text(rows, COLUMNS))
     _plot(trials, front, floor, paths["png"], beside)
     write_text_atomic(paths["md"], "\n".join(lines) + "\n")
     return paths
+
+
+def _at_speed_lines(
+    trials: Sequence[Mapping[str, Any]], min_speed: float | None, metric: Any
+) -> list[str]:
+    if min_speed is None:
+        return []
+    t = best_at_speed(trials, min_speed)
+    text = (
+        f"trial {t['trial']}, `{json.dumps(t['schedule'], sort_keys=True)}`, {t['speed']:.2f}x, "
+        f"Δ{metric} {t['delta']:+.2f}."
+        if t
+        else "none: no trial is that fast."
+    )
+    return [f"Best quality at or above {min_speed:g}x measured: {text}", ""]
+
+
+def _chosen(
+    trials: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None, min_speed: float | None
+) -> tuple[Mapping[str, Any], str]:
+    if min_speed is not None:
+        chosen = best_at_speed(trials, min_speed)
+        if chosen is None:
+            raise ValueError(f"--min-speed {min_speed:g}: no trial is that fast; no preset")
+        return chosen, f"the best quality at or above {min_speed:g}x"
+    if best is None:
+        raise ValueError("--preset: no trial meets the floor; give --min-speed to choose one")
+    return best, "the fastest at or above the floor"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,13 +268,23 @@ def main(argv: list[str] | None = None) -> None:
         "--against", type=Path, default=None,
         help="a randomized model's results folder (its one_model.csv): the per-schedule cells",
     )  # fmt: skip
+    p.add_argument(
+        "--min-speed", type=float, default=None,
+        help="also name the best-quality trial at least this fast (measured decode speedup)",
+    )  # fmt: skip
+    p.add_argument(
+        "--preset", type=Path, default=None,
+        help="write the chosen trial's schedule as a preset (conf/schedule/<name>.yaml)",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.min_speed is not None and not args.min_speed > 0:
+        p.error(f"--min-speed: {args.min_speed!r}; allowed: a speedup > 0")
     if not args.sweep.is_dir():
         p.error(f"sweep: {str(args.sweep)!r} is not a directory")
     if args.against is not None and not (args.against / "one_model.csv").is_file():
         p.error(f"--against: {str(args.against)!r} has no one_model.csv")
     try:
-        written = write_front(args.sweep, args.out, args.against)
+        written = write_front(args.sweep, args.out, args.against, args.min_speed, args.preset)
     except ValueError as e:
         p.error(str(e))
     print(written["md"] if written else f"{args.sweep}: no trials")

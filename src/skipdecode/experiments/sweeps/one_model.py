@@ -40,7 +40,14 @@ from .summaries import (
 )
 from .table import csv_text
 
-__all__ = ["ONE_MODEL_CSV", "ONE_MODEL_MD", "against_of", "one_model_rows", "write_one_model"]
+__all__ = [
+    "ONE_MODEL_CSV",
+    "ONE_MODEL_MD",
+    "against_of",
+    "one_model_rows",
+    "pairs_of",
+    "write_one_model",
+]
 
 ONE_MODEL_MD = "one_model.md"
 ONE_MODEL_CSV = "one_model.csv"
@@ -51,17 +58,24 @@ _KEY = ("dataset", "model", "schedule")
 
 
 def one_model_rows(
-    randomized: Sequence[Mapping[str, Any]], per_schedule: Sequence[Mapping[str, Any]]
+    randomized: Sequence[Mapping[str, Any]],
+    per_schedule: Sequence[Mapping[str, Any]],
+    pairs: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per schedule the randomized model was decoded under (module doc); ``randomized``
-    and ``per_schedule`` are :func:`~.summaries.summary_cells` of the two folders."""
+    and ``per_schedule`` are :func:`~.summaries.summary_cells` of the two folders; ``pairs``
+    compares a schedule with another's per-schedule cells (a searched schedule against
+    ``target_2x``, say), by name."""
+    pairs = pairs or {}
     rows = []
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for cell in randomized:
         groups.setdefault(tuple(cell.get(k) for k in _KEY), []).append(cell)
     for key, cells in groups.items():
-        own = [c for c in per_schedule if tuple(c.get(k) for k in _KEY) == key]
+        against = (*key[:-1], pairs.get(str(key[-1]), key[-1]))
+        own = [c for c in per_schedule if tuple(c.get(k) for k in _KEY) == against]
         row: dict[str, Any] = dict(zip(_KEY, key, strict=True))
+        row["per_schedule"] = against[-1]
         row["method"] = cells[0].get("method")
         row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in cells))
         row["per_schedule_seeds"] = " ".join(sorted(str(c.get("seed")) for c in own))
@@ -73,6 +87,11 @@ def one_model_rows(
         rows.append(row)
     order = {"full": 0}
     return sorted(rows, key=lambda r: (order.get(str(r["schedule"]), 1), str(r["schedule"])))
+
+
+def _label(row: Mapping[str, Any]) -> str:
+    schedule, against = str(row["schedule"]), str(row.get("per_schedule") or row["schedule"])
+    return schedule if against == schedule else f"{schedule} (against {against})"
 
 
 def _speed(value: Any) -> str:
@@ -98,7 +117,7 @@ def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
     header += [f"Δ{LABELS[primary]} [per-seed t]", f"{LABELS[primary]}: decided"]
     lines = [
         [
-            str(r["schedule"]),
+            _label(r),
             f"{r['seeds']} / {r['per_schedule_seeds'] or '-'}",
             *(f"{_speed(r[m])} / {_speed(r[f'per_schedule_{m}'])}" for m in SPEEDS),
             *(interval_text(r[m], None, m) for m in COMPARED),
@@ -130,7 +149,7 @@ def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
 
 
 def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    keys = (*_KEY, "method", "seeds", "per_schedule_seeds", "delta_seeds")
+    keys = (*_KEY, "per_schedule", "method", "seeds", "per_schedule_seeds", "delta_seeds")
     out: dict[str, Any] = {k: row.get(k) for k in keys}
     for m in (*COMPARED, *SPEEDS):
         for side in ("", "per_schedule_"):
@@ -146,17 +165,23 @@ def _csv_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_one_model(
-    folder: str | Path, against: str | Path, label: str | None = None
+    folder: str | Path,
+    against: str | Path,
+    label: str | None = None,
+    pairs: Mapping[str, str] | None = None,
 ) -> dict[str, Path] | None:
     """Write the page and its CSV into ``folder``; None when it holds no finished cell.
-    ``label``: how the page and its CSV name ``against`` (default: as given)."""
+    ``label``: how the page and its CSV name ``against`` (default: as given); ``pairs``
+    (default: those the published CSV holds) as in :func:`one_model_rows`."""
     folder, against = Path(folder), Path(against)
     label = label or against.as_posix()
-    rows = one_model_rows(summary_cells(folder, False), summary_cells(against, False))
+    pairs = pairs_of(folder) if pairs is None else pairs
+    rows = one_model_rows(summary_cells(folder, False), summary_cells(against, False), pairs)
     if not rows:
         return None
     command = (
         f"python -m skipdecode.experiments.sweeps.one_model {folder.as_posix()} --against {label}"
+        + "".join(f" --pair {k}={v}" for k, v in sorted(pairs.items()))
     )
     paths = {"md": folder / ONE_MODEL_MD, "csv": folder / ONE_MODEL_CSV}
     lines = [{**_csv_row(r), "against": label} for r in rows]
@@ -175,15 +200,39 @@ def against_of(folder: Path) -> str | None:
     return None if first is None else first.get("against")
 
 
+def pairs_of(folder: Path) -> dict[str, str]:
+    """The schedules a published page compared with another schedule's cells (its CSV)."""
+    path = Path(folder) / ONE_MODEL_CSV
+    if not path.is_file():
+        return {}
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return {
+        r["schedule"]: r["per_schedule"]
+        for r in rows
+        if r.get("per_schedule") and r["per_schedule"] != r["schedule"]
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="the budget-randomized model's results folder")
     p.add_argument("--against", type=Path, required=True, help="the per-schedule results folder")
+    p.add_argument(
+        "--pair", action="append", default=[], metavar="SCHEDULE=AGAINST",
+        help="compare SCHEDULE with AGAINST's per-schedule cells (repeatable)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     for name, path in (("folder", args.folder), ("--against", args.against)):
         if not path.is_dir():
             p.error(f"{name}: {str(path)!r} is not a directory")
-    written = write_one_model(args.folder, args.against)
+    pairs = pairs_of(args.folder)
+    for pair in args.pair:
+        schedule, sep, other = pair.partition("=")
+        if not sep or not schedule or not other:
+            p.error(f"--pair: {pair!r}; allowed: SCHEDULE=AGAINST, two schedule names")
+        pairs[schedule] = other
+    written = write_one_model(args.folder, args.against, pairs=pairs)
     print(written["md"] if written else f"{args.folder}: no finished cells")
 
 
