@@ -180,7 +180,10 @@ def write_front(
     lines = [
         "# Schedule search: every trial, the Pareto front, the best schedule",
         "",
-        f"Written by `python -m skipdecode.experiments.search.front {sweep.as_posix()}` from the "
+        f"Written by `python -m skipdecode.experiments.search.front {sweep.as_posix()}"
+        + (f" --against {against.as_posix()}" if against is not None else "")
+        + (f" --min-speed {min_speed:g}" if min_speed is not None else "")
+        + "` from the "
         f"trials' records; do not edit. {len(trials)} trials on the validation subset (never the "
         f"test split); objectives, both maximised: the measured decode speedup against full on "
         f"the same batches, and Δ{metric} against full; floor {floor:+g}.",
