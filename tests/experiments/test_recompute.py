@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from skipdecode.evaluation.speed import paired_speedups
+from skipdecode.experiments.recompute.bench import check_bench
 from skipdecode.experiments.recompute.cli import audit, main
 from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
 from skipdecode.experiments.sweeps.audit import write_audit
@@ -121,6 +122,16 @@ def test_a_record_under_the_paired_definition_is_checked_by_it():
     record["speed"]["measured_speedup_decode"] = 2.5  # the older definition's figure
     found = check_speeds([(Path("paired"), record)]).differences
     assert found == ["paired: measured_speedup_decode 2.5 != 3.0"]
+    record["speed"]["measured_speedup_decode"] = 3.0
+    record["speed"]["raw"]["batches"][0]["base_prefill"] = [2.0, 2.0, 2.0]  # full's slower prefill
+    pooled = 1.5  # the same work: the median of both sides' six prefills
+    e2e = [(pooled + b) / (pooled + d) for b, d in ((4, 1), (6, 2), (5, 3))]
+    record["speed"]["timing"]["measured_speedup_e2e_per_repeat"] = e2e
+    record["speed"]["long_prompts"]["prefill_share_baseline"] = 2 / (2 + 5)
+    per_side = (5 + 2) / (2 + 1)  # each side's own prefill: the defect the pooled median removes
+    record["speed"]["measured_speedup_e2e"] = per_side
+    found = check_speeds([(Path("paired"), record)]).differences
+    assert found == [f"paired: measured_speedup_e2e {per_side!r} != {sorted(e2e)[1]!r}"]
 
 
 def test_the_paired_definition_puts_the_point_inside_its_interval():
@@ -200,3 +211,33 @@ def test_a_kept_diff_that_does_not_apply_to_its_commit_is_caught(tmp_path):
     write_audit(repo / "results")
     found = _differences(repo / "results")
     assert len(found) == 1 and found[0].startswith("r/bad.json: its diff does not apply")
+
+
+def test_a_benchmark_speedup_or_a_gpu_page_cell_that_does_not_recompute_is_caught(tmp_path):
+    """The decode records' speedups are ratios of their own ms per step, and the GPU page prints
+    them at its digits: a record's speedup nudged, or a page cell changed, is a difference."""
+    results = tmp_path / "results"
+    (results / "bench").mkdir(parents=True)
+    for path in (RESULTS / "bench").glob("decode-*"):
+        if path.is_file():
+            shutil.copy(path, results / "bench" / path.name)
+    assert check_bench(results).differences == []
+    record = results / "bench" / "decode-cpu.json"
+    data = json.loads(record.read_text())
+    variant = data["cells"][0]["variants"]["skipdecode-2x"]
+    variant["measured_speedup"] *= 1.01
+    record.write_text(json.dumps(data))
+    (found,) = check_bench(results).differences
+    assert "decode-cpu.json" in found and "skipdecode-2x measured_speedup" in found
+    variant["measured_speedup"] /= 1.01
+    record.write_text(json.dumps(data))
+    page = results / "bench" / "decode-gpu.md"
+    text = page.read_text()
+    cell = next(
+        line.split("|")[2].strip()
+        for line in text.splitlines()
+        if line.startswith("| skipdecode-2x-graphs |")
+    )
+    page.write_text(text.replace(cell, cell.replace("**", "**9", 1), 1))
+    (found,) = check_bench(results).differences
+    assert found.startswith("bench/decode-gpu.md") and "skipdecode-2x-graphs" in found

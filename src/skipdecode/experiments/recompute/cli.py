@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .bench import check_bench
 from .findings import Findings
 from .provenance import check_provenance
 from .speeds import check_speeds
@@ -31,6 +32,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_provenance(results, root),
         check_speeds(_evaluation_records(results)),
         check_tables(results),
+        check_bench(results),
     ]
 
 

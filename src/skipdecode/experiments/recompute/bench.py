@@ -1,0 +1,138 @@
+"""The decode benchmark's records and the GPU page recomputed from their timings.
+
+Own arithmetic on every ``results/bench/decode-*.json`` cell: each variant's speedup over a peer
+(``speedup_vs_<peer>``) is the peer's ms per decode step over the variant's; a SkipDecode
+variant's ``measured_speedup`` is its own path's full variant's ms over its own (``skipdecode-2x-
+graphs`` over ``skipdecode-full-graphs``); ``bandwidth_floor_multiple`` is ms over the floor's
+ms. Then the GPU page (``bench/decode-gpu.md``, the CUDA-graph records): every variant's cell in
+its record's section reads ``<ms> ms, <multiple>x floor, **<speedup>x**`` at the printed digits,
+the speedup over the peer the page names (the compiled one-token loop, else compiled
+``generate``, else eager ``generate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .findings import Findings
+
+__all__ = ["check_bench"]
+
+#: Peers in the order the GPU page prefers them, and the record's key of a speedup over each.
+PEERS = (
+    ("transformers-loop-compiled", "speedup_vs_transformers_loop_compiled"),
+    ("transformers-generate-compiled", "speedup_vs_transformers_generate_compiled"),
+    ("transformers-generate", "speedup_vs_transformers_generate"),
+)
+
+
+def _full_of(name: str) -> str | None:
+    """``skipdecode-2x-graphs`` -> ``skipdecode-full-graphs`` (None: not a schedule variant)."""
+    parts = name.split("-")
+    if len(parts) < 2 or parts[0] != "skipdecode":
+        return None
+    return "-".join(["skipdecode", "full", *parts[2:]])
+
+
+def _check_cell(where: str, variants: Mapping[str, Any], found: Findings) -> None:
+    for name, r in variants.items():
+        ms = (r or {}).get("decode_ms_per_step")
+        if not ms:
+            continue
+        for peer, key in PEERS:
+            peer_ms = (variants.get(peer) or {}).get("decode_ms_per_step")
+            if key in r and peer_ms:
+                found.compare(where, f"{name} {key}", r[key], peer_ms / ms)
+        full = _full_of(name)
+        full_ms = (variants.get(full) or {}).get("decode_ms_per_step") if full else None
+        if "measured_speedup" in r and full_ms:
+            found.compare(where, f"{name} measured_speedup", r["measured_speedup"], full_ms / ms)
+        if r.get("bandwidth_floor_multiple") is not None and r.get("bandwidth_floor_ms"):
+            found.compare(
+                where,
+                f"{name} bandwidth_floor_multiple",
+                r["bandwidth_floor_multiple"],
+                ms / r["bandwidth_floor_ms"],
+            )
+
+
+def _printed(r: Mapping[str, Any], key: str | None) -> str:
+    text = f"{r['decode_ms_per_step']:.2f} ms"
+    if r.get("bandwidth_floor_ms"):
+        text += f", {r['decode_ms_per_step'] / r['bandwidth_floor_ms']:.1f}x floor"
+    if key is not None and r.get(key) is not None:
+        peer = next(p for p, k in PEERS if k == key)
+        text += f", **{r['__peer_ms'][peer] / r['decode_ms_per_step']:.2f}x**"
+    return text
+
+
+def _section(page: str, stem: str) -> str:
+    start = page.find(f"\n## {stem}\n")
+    if start < 0:
+        return ""
+    end = page.find("\n## ", start + 1)
+    return page[start : end if end >= 0 else len(page)]
+
+
+def _row_cells(section: str, shape: str, name: str) -> list[str] | None:
+    start = section.find(f"\n### {shape}\n")
+    if start < 0:
+        return None
+    end = section.find("\n### ", start + 1)
+    for line in section[start : end if end >= 0 else len(section)].splitlines():
+        label = line.split("|")[1].strip() if line.startswith("|") else ""
+        if label == name or label.startswith(f"{name} (composite"):
+            return [c.strip() for c in line.strip().strip("|").split("|")[1:]]
+    return None
+
+
+def _check_page(page: str, path: Path, record: Mapping[str, Any], found: Findings) -> None:
+    section = _section(page, path.stem)
+    if not section:
+        found.differences.append(f"bench/decode-gpu.md: no section for {path.name}")
+        return
+    shapes: dict[str, list[dict[str, Any]]] = {}
+    for cell in record["cells"]:
+        shapes.setdefault(cell["shape"], []).append(cell)
+    for shape, cells in shapes.items():
+        cells = sorted(cells, key=lambda c: c["batch_size"])
+        key = next((k for p, k in PEERS if p in cells[0]["variants"]), None)
+        for column, cell in enumerate(cells):
+            peer_ms = {
+                p: (cell["variants"].get(p) or {}).get("decode_ms_per_step") for p, _ in PEERS
+            }
+            for name, r in cell["variants"].items():
+                if not (r or {}).get("decode_ms_per_step"):
+                    continue
+                row = _row_cells(section, shape, name)
+                got = None if row is None or column >= len(row) else row[column]
+                want = _printed({**r, "__peer_ms": peer_ms}, key)
+                found.compare(
+                    f"bench/decode-gpu.md {path.stem} {shape} batch {cell['batch_size']}",
+                    name,
+                    got,
+                    want,
+                )
+
+
+def check_bench(results: Path) -> Findings:
+    """Every decode benchmark record's derived figures, and the GPU page's cells."""
+    found = Findings("benchmarks from their timings")
+    page_path = results / "bench" / "decode-gpu.md"
+    page = page_path.read_text(encoding="utf-8") if page_path.is_file() else ""
+    for path in sorted((results / "bench").glob("decode-*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        cells = record.get("cells") if isinstance(record, dict) else None
+        if not isinstance(cells, list) or not all("variants" in c for c in cells):
+            found.skip("bench records without decode cells")
+            continue
+        for cell in cells:
+            where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
+            _check_cell(where, cell["variants"], found)
+        args = record.get("args") or {}
+        if args.get("cuda_graphs") == "True" and args.get("device") == "cuda":
+            _check_page(page, path, record, found)
+    return found
