@@ -146,6 +146,37 @@ def _plot(
     save_figure(fig, path)
 
 
+def _trial_lines(trials: Sequence[Mapping[str, Any]], front: Sequence[str]) -> list[str]:
+    lines = []
+    for t in trials:
+        if t.get("status") != "ok":
+            lines.append(
+                f"| {t['trial']} | {t.get('schedule')} | invalid: {t.get('error')} |  |  |  |"
+            )
+            continue
+        lines.append(
+            f"| {t['trial']} | `{json.dumps(t['schedule'], sort_keys=True)}` | {t['speed']:.2f}x | "
+            f"{t['delta']:+.2f} | {'yes' if t.get('feasible') else 'no'} | "
+            f"{'yes' if t['trial'] in front else ''} |"
+        )
+    return lines
+
+
+def _beside_lines(beside: Sequence[Mapping[str, Any]], against: Path) -> list[str]:
+    return [
+        "",
+        f"Beside the front (the plot's crosses): the per-schedule fine-tuned cells of "
+        f"`{against_of(against) or against.as_posix()}` (from "
+        f"`{against.as_posix()}/one_model.csv`), each against its own full cell on the test "
+        "split (the trials above are on the validation subset, against the searched model's "
+        "full).",
+        "",
+        "| per-schedule cell | speedup | Δ |",
+        "|---|---|---|",
+        *(f"| {p['schedule']} | {p['speed']:.2f}x | {p['delta']:+.2f} |" for p in beside),
+    ]
+
+
 def write_front(
     sweep: Path,
     out: Path | None = None,
@@ -200,30 +231,9 @@ def write_front(
         "| trial | schedule | speedup | Δ | meets floor | front |",
         "|---|---|---|---|---|---|",
     ]
-    for t in trials:
-        if t.get("status") != "ok":
-            lines.append(
-                f"| {t['trial']} | {t.get('schedule')} | invalid: {t.get('error')} |  |  |  |"
-            )
-            continue
-        lines.append(
-            f"| {t['trial']} | `{json.dumps(t['schedule'], sort_keys=True)}` | {t['speed']:.2f}x | "
-            f"{t['delta']:+.2f} | {'yes' if t.get('feasible') else 'no'} | "
-            f"{'yes' if t['trial'] in front else ''} |"
-        )
+    lines += _trial_lines(trials, front)
     if beside:
-        lines += [
-            "",
-            f"Beside the front (the plot's crosses): the per-schedule fine-tuned cells of "
-            f"`{against_of(against) or against.as_posix()}` (from "
-            f"`{against.as_posix()}/one_model.csv`), each against its own full cell on the test "
-            "split (the "
-            "trials above are on the validation subset, against the searched model's full).",
-            "",
-            "| per-schedule cell | speedup | Δ |",
-            "|---|---|---|",
-            *(f"| {p['schedule']} | {p['speed']:.2f}x | {p['delta']:+.2f} |" for p in beside),
-        ]
+        lines += _beside_lines(beside, against)
     paths = {"md": out / "search.md", "csv": out / "search.csv", "png": out / "search_front.png"}
     if preset is not None:
         chosen, why = _chosen(trials, best, min_speed)
