@@ -5,7 +5,8 @@
 # at most 64 MiB a call (the run tool's `carry`). This writes two git-ignored folders to carry:
 #   .whl/     the wheels it lacks, at the versions this checkout's .venv runs (transformers,
 #             hydra-core, omegaconf, antlr4 (built here: PyPI has only its sdist), datasets, dill,
-#             multiprocess, regex), for the device's Python (PY_DEVICE, default 3.12);
+#             multiprocess, regex, gguf: scripts/device_weights.sh converts a GGUF there), for
+#             the device's Python (PY_DEVICE, default 3.12);
 #   .device/  tree.json (the manifest of the committed tree: records made on the device name this
 #             commit, and the copy is checked against it), smollm2/ (SmolLM2-135M-Instruct's
 #             config and tokenizer, for random weights in its shape: scripts/random_weights.py) and
@@ -39,7 +40,7 @@ rm -rf .whl.tmp && mkdir -p .whl.tmp
 "$PY" -m pip download -q --no-deps --dest .whl.tmp --python-version "$PY_DEVICE" \
   --implementation cp --abi "cp$tag" --platform manylinux2014_x86_64 --only-binary=:all: \
   "$(pinned transformers)" "$(pinned hydra-core)" "$(pinned omegaconf)" "$(pinned datasets)" \
-  "$(pinned dill)" "$(pinned multiprocess)" "$(pinned regex)"
+  "$(pinned dill)" "$(pinned multiprocess)" "$(pinned regex)" "$(pinned gguf)"
 "$PY" -m pip wheel -q --no-deps --wheel-dir .whl.tmp "$(pinned antlr4-python3-runtime)"
 
 rm -rf .device.tmp && mkdir -p .device.tmp/smollm2 .device.tmp/shared/data

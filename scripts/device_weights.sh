@@ -1,0 +1,66 @@
+#!/bin/bash
+# Pretrained weights for a lent GPU machine, in parts that fit its transfers.
+#
+# A device call carries at most 64 MiB, the tracked tree (about 34 MiB) included, so SmolLM2's GGUF
+# (89 MB, the smallest exact source of its weights) goes in parts over consecutive calls on the
+# warm machine, which keeps what earlier calls carried. Here:
+#
+#   bash scripts/device_weights.sh pack [smollm2|gemma3]     # PART_MIB=29 (default)
+#
+# writes the git-ignored folder .gguf/<asset>/: part-00, part-01, ... (each at most PART_MIB MiB)
+# and SHA256 (the whole file's digest and its name). Each call names one part in `carry`
+# (`.gguf/smollm2/part-00` with .whl and .device in the first call, then part-01, then part-02
+# and SHA256), so no call carries more than the tree and one part. On the device, after the last:
+#
+#   bash scripts/device_weights.sh unpack smollm2            # PY=python3 (default there)
+#
+# joins the parts, refuses a digest that differs (naming the part count it found), and converts
+# the GGUF where the framework looks for it (.cache/models/<asset>/, scripts/prepare_model.py
+# --gguf), so `model=smollm2-135m` runs offline there as here. Both halves run on a CPU too (the
+# dry run: `PY=.venv/bin/python OUT_DIR=<scratch> bash scripts/device_weights.sh unpack smollm2`
+# converts into <scratch>; tests/test_device_weights.py does it and compares the weights).
+set -euo pipefail
+mode=${1:?usage: device_weights.sh pack|unpack [smollm2|gemma3]}
+asset=${2:-smollm2}
+PY=${PY:-python3}
+PART_MIB=${PART_MIB:-29}
+dir=.gguf/$asset
+
+case "$asset" in smollm2|gemma3) ;; *)
+  echo "device_weights: asset '$asset'; allowed: smollm2, gemma3" >&2; exit 2 ;;
+esac
+
+if [ "$mode" = pack ]; then
+  PY=${PY_HERE:-.venv/bin/python}
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  gguf=$("$PY" - "$asset" "$work" <<'EOF'
+import sys
+from pathlib import Path
+from skipdecode.models.assets import ASSETS
+print(ASSETS[sys.argv[1]].fetch(Path(sys.argv[2])))
+EOF
+)
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+  split -b "${PART_MIB}M" -d -a 2 "$gguf" "$dir.tmp/part-"
+  (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > "$dir.tmp/SHA256"
+  rm -rf "$dir" && mv "$dir.tmp" "$dir"  # whole or not at all
+  ls -l "$dir"
+  echo "carry, one call each: $(cd "$dir" && ls part-* | sed "s|^|$dir/|" | tr '\n' ' ')(+ $dir/SHA256 with the last)"
+elif [ "$mode" = unpack ]; then
+  test -f "$dir/SHA256" || { echo "device_weights: no $dir/SHA256 (carry it with the last part)" >&2; exit 2; }
+  read -r digest name < "$dir/SHA256"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cat "$dir"/part-* > "$work/$name"
+  got=$(sha256sum "$work/$name" | cut -d' ' -f1)
+  if [ "$got" != "$digest" ]; then
+    echo "device_weights: the $(ls "$dir"/part-* | wc -l) parts in $dir join to a file whose sha256" \
+         "differs from SHA256's; a part is missing or cut (carry each once, in order)" >&2
+    exit 2
+  fi
+  out=${OUT_DIR:-}
+  "$PY" scripts/prepare_model.py "$asset" --gguf "$work/$name" --no-check ${out:+--out "$out"}
+else
+  echo "device_weights: mode '$mode'; allowed: pack, unpack" >&2; exit 2
+fi
