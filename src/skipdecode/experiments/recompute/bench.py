@@ -59,13 +59,14 @@ def _check_cell(where: str, variants: Mapping[str, Any], found: Findings) -> Non
             )
 
 
-def _printed(r: Mapping[str, Any], key: str | None) -> str:
+def _printed(r: Mapping[str, Any], peer_ms: float | None) -> str:
+    """A page cell: ms per step, its floor multiple, and the speedup over the page's peer (whose
+    ms per step is ``peer_ms``; None where the page prints none)."""
     text = f"{r['decode_ms_per_step']:.2f} ms"
     if r.get("bandwidth_floor_ms"):
         text += f", {r['decode_ms_per_step'] / r['bandwidth_floor_ms']:.1f}x floor"
-    if key is not None and r.get(key) is not None:
-        peer = next(p for p, k in PEERS if k == key)
-        text += f", **{r['__peer_ms'][peer] / r['decode_ms_per_step']:.2f}x**"
+    if peer_ms is not None:
+        text += f", **{peer_ms / r['decode_ms_per_step']:.2f}x**"
     return text
 
 
@@ -99,17 +100,15 @@ def _check_page(page: str, path: Path, record: Mapping[str, Any], found: Finding
         shapes.setdefault(cell["shape"], []).append(cell)
     for shape, cells in shapes.items():
         cells = sorted(cells, key=lambda c: c["batch_size"])
-        key = next((k for p, k in PEERS if p in cells[0]["variants"]), None)
+        peer, key = next(((p, k) for p, k in PEERS if p in cells[0]["variants"]), (None, None))
         for column, cell in enumerate(cells):
-            peer_ms = {
-                p: (cell["variants"].get(p) or {}).get("decode_ms_per_step") for p, _ in PEERS
-            }
+            peer_ms = (cell["variants"].get(peer) or {}).get("decode_ms_per_step")
             for name, r in cell["variants"].items():
                 if not (r or {}).get("decode_ms_per_step"):
                     continue
                 row = _row_cells(section, shape, name)
                 got = None if row is None or column >= len(row) else row[column]
-                want = _printed({**r, "__peer_ms": peer_ms}, key)
+                want = _printed(r, peer_ms if r.get(key) is not None else None)
                 found.compare(
                     f"bench/decode-gpu.md {path.stem} {shape} batch {cell['batch_size']}",
                     name,

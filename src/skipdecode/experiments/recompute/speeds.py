@@ -14,19 +14,14 @@ counted as not recomputable; the tables then publish the median of the decode ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .findings import Findings
 
 __all__ = ["check_speeds", "recomputed_speeds", "published"]
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,14 +32,14 @@ def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
         return {}
 
     def total(key: str) -> float:
-        return sum(_median(b[key]) for b in timed)
+        return sum(statistics.median(b[key]) for b in timed)
 
     def round_sum(key: str, r: int) -> float:
         return sum(b[key][r] for b in timed)
 
     decode, base_decode = total("decode"), total("base_decode")
     prefill, base_prefill = total("prefill"), total("base_prefill")
-    pooled = sum(_median(list(b["prefill"]) + list(b["base_prefill"])) for b in timed)
+    pooled = sum(statistics.median(list(b["prefill"]) + list(b["base_prefill"])) for b in timed)
     rounds = range(min(len(b["decode"]) for b in timed))
     per_round = [round_sum("base_decode", r) / round_sum("decode", r) for r in rounds]
     e2e_rounds = [
@@ -52,8 +47,8 @@ def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
     ]
     return {
         "paired": {
-            "measured_speedup_decode": _median(per_round),
-            "measured_speedup_e2e": _median(e2e_rounds),
+            "measured_speedup_decode": statistics.median(per_round),
+            "measured_speedup_e2e": statistics.median(e2e_rounds),
         },
         "summed": {
             "measured_speedup_decode": base_decode / decode,
@@ -78,7 +73,7 @@ def published(record: Mapping[str, Any]) -> dict[str, Any]:
         return dict(got["paired"])
     rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
     if rounds and all(isinstance(x, (int, float)) for x in rounds):
-        out["measured_speedup_decode"] = _median(rounds)
+        out["measured_speedup_decode"] = statistics.median(rounds)
     return out
 
 

@@ -198,6 +198,7 @@ def write_front(
     out.mkdir(parents=True, exist_ok=True)
     front = pareto_front(trials)
     best = best_trial(trials)
+    fast = None if min_speed is None else best_at_speed(trials, min_speed)
     floor = float(trials[0].get("quality_floor", 0.0))
     metric = trials[0].get("metric")
     rows = [
@@ -220,14 +221,9 @@ def write_front(
         f"the same batches, and Δ{metric} against full; floor {floor:+g}.",
         "",
         "Best (the fastest trial at or above the floor): "
-        + (
-            f"trial {best['trial']}, `{json.dumps(best['schedule'], sort_keys=True)}`, "
-            f"{best['speed']:.2f}x, Δ{metric} {best['delta']:+.2f}."
-            if best
-            else "none: no trial meets the floor."
-        ),
+        + (_named(best, metric) if best else "none: no trial meets the floor."),
         "",
-        *_at_speed_lines(trials, min_speed, metric),
+        *_at_speed_lines(fast, min_speed, metric),
         "| trial | schedule | speedup | Δ | meets floor | front |",
         "|---|---|---|---|---|---|",
     ]
@@ -236,7 +232,7 @@ def write_front(
         lines += _beside_lines(beside, against)
     paths = {"md": out / "search.md", "csv": out / "search.csv", "png": out / "search_front.png"}
     if preset is not None:
-        chosen, why = _chosen(trials, best, min_speed)
+        chosen, why = _chosen(best, fast, min_speed)
         write_preset(chosen, preset, sweep, why)
         paths["preset"] = preset
     write_text_atomic(paths["csv"], csv_text(rows, COLUMNS))
@@ -245,29 +241,32 @@ def write_front(
     return paths
 
 
+def _named(trial: Mapping[str, Any], metric: Any) -> str:
+    """A trial as the page names it: number, schedule, speed and quality difference."""
+    return (
+        f"trial {trial['trial']}, `{json.dumps(trial['schedule'], sort_keys=True)}`, "
+        f"{trial['speed']:.2f}x, Δ{metric} {trial['delta']:+.2f}."
+    )
+
+
 def _at_speed_lines(
-    trials: Sequence[Mapping[str, Any]], min_speed: float | None, metric: Any
+    fast: Mapping[str, Any] | None, min_speed: float | None, metric: Any
 ) -> list[str]:
     if min_speed is None:
         return []
-    t = best_at_speed(trials, min_speed)
-    text = (
-        f"trial {t['trial']}, `{json.dumps(t['schedule'], sort_keys=True)}`, {t['speed']:.2f}x, "
-        f"Δ{metric} {t['delta']:+.2f}."
-        if t
-        else "none: no trial is that fast."
-    )
+    text = _named(fast, metric) if fast else "none: no trial is that fast."
     return [f"Best quality at or above {min_speed:g}x measured: {text}", ""]
 
 
 def _chosen(
-    trials: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None, min_speed: float | None
+    best: Mapping[str, Any] | None, fast: Mapping[str, Any] | None, min_speed: float | None
 ) -> tuple[Mapping[str, Any], str]:
+    """The trial a preset is written for: the best at ``min_speed`` where given, else the
+    fastest at the floor."""
     if min_speed is not None:
-        chosen = best_at_speed(trials, min_speed)
-        if chosen is None:
+        if fast is None:
             raise ValueError(f"--min-speed {min_speed:g}: no trial is that fast; no preset")
-        return chosen, f"the best quality at or above {min_speed:g}x"
+        return fast, f"the best quality at or above {min_speed:g}x"
     if best is None:
         raise ValueError("--preset: no trial meets the floor; give --min-speed to choose one")
     return best, "the fastest at or above the floor"

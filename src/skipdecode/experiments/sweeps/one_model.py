@@ -4,9 +4,10 @@ For every schedule a budget-randomized model (``schedule=randomized_*``, evaluat
 ``sweep.eval_schedule``; ``make study NAME=randomized_scitldr``) was decoded under, beside the
 cells of the same model, dataset and schedule fine-tuned for that schedule alone (another
 results folder): ROUGE-L max, BLEU and BERTScore F1 of both (mean over seeds [95% t-interval;
-none with one seed]; what is decided is read on ROUGE-L max for summarization, on BLEU for E2E); the difference randomized - per-schedule with the two-level paired
-bootstrap over the seeds both have and the inputs (:func:`~.summaries.paired_deltas`), the
-t-interval over per-seed differences with two or more paired seeds, and what they decide
+none with one seed]; what is decided is read on ROUGE-L max for summarization, on BLEU for
+E2E); the difference randomized - per-schedule with the two-level paired bootstrap over the
+seeds both have and the inputs (:func:`~.summaries.paired_deltas`), the t-interval over
+per-seed differences with two or more paired seeds, and what they decide
 (:func:`~.summaries.decided`); and each side's measured decode and end-to-end speedups, each
 against the full model of its own training on the same batches and path, so the two are
 compared at the speed each measured (the page prints both).
@@ -190,26 +191,26 @@ def write_one_model(
     return paths
 
 
-def against_of(folder: Path) -> str | None:
-    """The per-schedule folder a published page compared with (its CSV's ``against``)."""
+def _published_rows(folder: Path) -> list[dict[str, str]]:
+    """The rows of a published page's CSV (none without one)."""
     path = Path(folder) / ONE_MODEL_CSV
     if not path.is_file():
-        return None
+        return []
     with path.open(newline="", encoding="utf-8") as f:
-        first = next(iter(csv.DictReader(f)), None)
-    return None if first is None else first.get("against")
+        return list(csv.DictReader(f))
+
+
+def against_of(folder: Path) -> str | None:
+    """The per-schedule folder a published page compared with (its CSV's ``against``)."""
+    rows = _published_rows(folder)
+    return rows[0].get("against") if rows else None
 
 
 def pairs_of(folder: Path) -> dict[str, str]:
     """The schedules a published page compared with another schedule's cells (its CSV)."""
-    path = Path(folder) / ONE_MODEL_CSV
-    if not path.is_file():
-        return {}
-    with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
     return {
         r["schedule"]: r["per_schedule"]
-        for r in rows
+        for r in _published_rows(folder)
         if r.get("per_schedule") and r["per_schedule"] != r["schedule"]
     }
 
