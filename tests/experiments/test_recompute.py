@@ -241,3 +241,16 @@ def test_a_benchmark_speedup_or_a_gpu_page_cell_that_does_not_recompute_is_caugh
     page.write_text(text.replace(cell, cell.replace("**", "**9", 1), 1))
     (found,) = check_bench(results).differences
     assert found.startswith("bench/decode-gpu.md") and "skipdecode-2x-graphs" in found
+
+
+def test_a_training_page_cell_that_its_run_does_not_give_is_caught(tmp_path):
+    from skipdecode.experiments.recompute.training import check_training
+
+    shutil.copytree(RESULTS / "training", tmp_path / "training")
+    assert check_training(tmp_path).differences == []
+    page = tmp_path / "training" / "gpu-runs.md"
+    page.write_text(page.read_text().replace("| 4.31 |", "| 4.30 |", 1))
+    differences = check_training(tmp_path).differences
+    assert (
+        len(differences) == 1 and "shard-gpu-smollm2: plan GiB '4.30' != '4.31'" in differences[0]
+    )

@@ -8,6 +8,13 @@ its own (never the page writers' functions), and check each record's provenance.
   measured speedups recomputed from them; older records are counted as not recomputable.
 - :mod:`.tables`: every results folder's ``cells.csv`` against its records, and ``results.csv``
   (means over seeds and their t-intervals) against ``cells.csv``.
+- :mod:`.summaries`: ``summaries.csv`` and ``one_model.csv`` from the cells' generations (ROUGE
+  counted here in SciTLDR's two conventions, means and t-intervals over seeds, the differences,
+  the paired bootstrap of the per-input metrics, what the intervals decide).
+- :mod:`.bench`: the decode benchmarks' speedups and floor multiples from their ms per step, and
+  every cell of the GPU page at its printed digits.
+- :mod:`.training`: the GPU training page's memory plan, peaks and losses from each run's
+  ``metrics.json`` and its own log.
 
 :mod:`.cli` runs them all and fails on any difference beyond the stated tolerance.
 """

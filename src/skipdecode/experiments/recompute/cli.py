@@ -12,7 +12,9 @@ from .bench import check_bench
 from .findings import Findings
 from .provenance import check_provenance
 from .speeds import check_speeds
+from .summaries import check_summaries
 from .tables import check_tables
+from .training import check_training
 
 __all__ = ["audit", "main"]
 
@@ -32,7 +34,9 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_provenance(results, root),
         check_speeds(_evaluation_records(results)),
         check_tables(results),
+        check_summaries(results),
         check_bench(results),
+        check_training(results),
     ]
 
 

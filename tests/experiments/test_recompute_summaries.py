@@ -1,0 +1,124 @@
+"""``make audit`` over the summary pages: ROUGE counted from the generations, and planted
+defects in the page or in a cell's outputs are caught."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skipdecode.evaluation.metrics.text import rouge
+from skipdecode.experiments.recompute.summaries import check_summaries, rouge_scores
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+def test_rouge_is_counted_as_rouge_score_counts_it_in_both_conventions():
+    outputs = ["The model learns classes in bursts.", "", "running runs ran; the the the"]
+    references = [
+        ["A model that learns classes in bursts of examples.", "Bursts of classes."],
+        ["Anything at all."],
+        ["The runner runs.", "the the", "ran running"],
+    ]
+    scored = rouge(outputs, references, types=("rouge1", "rouge2", "rougeL"), per_example=True)
+    for i, (output, refs) in enumerate(zip(outputs, references, strict=True)):
+        mine = rouge_scores(output, refs)
+        for key, value in mine.items():
+            assert value == pytest.approx(scored["per_example"][key]["f"][i], abs=1e-15), key
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    results = tmp_path_factory.mktemp("summaries") / "results"
+    shutil.copytree(RESULTS / "scitldr_smollm2", results / "scitldr_smollm2")
+    found = check_summaries(results)
+    assert found.differences == [] and found.checked > 400
+    return results
+
+
+def _edit(path: Path, schedule: str, column: str, value: str) -> None:
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    next(r for r in rows if r["schedule"] == schedule)[column] = value
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("rougeL_max", "0.33"),  # a mean over seeds
+        ("rougeL_max_delta", "-0.02"),  # a difference against full
+        ("rougeL_max_delta_ci95_low", "-0.05"),  # a bootstrap bound
+        ("rougeL_max_delta_seed_ci95_high", "0.0"),  # a per-seed t bound
+        ("rougeL_max_decided", "undecided"),  # what the intervals decide
+    ],
+)
+def test_a_summary_number_that_does_not_recompute_is_caught(folder, tmp_path, column, value):
+    results = tmp_path / "results"
+    shutil.copytree(folder, results)
+    _edit(results / "scitldr_smollm2" / "summaries.csv", "target_2x", column, value)
+    differences = check_summaries(results).differences
+    assert len(differences) == 1 and f"target_2x (skipdecode): {column} " in differences[0]
+
+
+def test_an_output_changed_after_the_page_was_written_is_caught(folder, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(folder, results)
+    job = next(
+        r["job"]
+        for r in csv.DictReader((results / "scitldr_smollm2" / "cells.csv").open())
+        if r["schedule"] == "target_3x"
+    )
+    path = results / "scitldr_smollm2" / job / "generations.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    rows[0]["output"] = rows[0]["references"][0]
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    differences = check_summaries(results).differences
+    assert any("target_3x (skipdecode): rougeL_max " in d for d in differences)
+    assert any("target_3x (skipdecode): rougeL_max_delta " in d for d in differences)
+
+
+def test_a_reference_point_whose_kept_outputs_changed_is_caught(folder, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(folder, results)
+    path = results / "scitldr_smollm2" / "extractive.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    lead = next(r for r in rows if r["system"] == "lead-1")
+    lead["output"] = "nothing of the abstract"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    differences = check_summaries(results).differences
+    assert any("extractive.csv lead-1: rougeL_max " in d for d in differences)
+    assert any("extractive.csv lead-1: rougeL_max_delta " in d for d in differences)
+
+
+def test_the_summary_pages_are_the_ones_their_writers_make_from_the_committed_cells(
+    tmp_path, monkeypatch
+):
+    """The audit checks the CSVs; the pages beside them are written from the same cells, so a
+    committed page that its writer would not write again is caught here."""
+    from skipdecode.experiments.sweeps.extractive import write_extractive
+    from skipdecode.experiments.sweeps.one_model import write_one_model
+    from skipdecode.experiments.sweeps.summaries import write_summaries
+
+    for name in ("scitldr_smollm2", "scitldr_randomized"):
+        shutil.copytree(RESULTS / name, tmp_path / "results" / name)
+    monkeypatch.chdir(tmp_path)
+    write_summaries("results/scitldr_smollm2")
+    write_extractive("results/scitldr_smollm2")
+    write_one_model("results/scitldr_randomized", "results/scitldr_smollm2")
+    for page in (
+        "scitldr_smollm2/summaries.md",
+        "scitldr_smollm2/extractive.md",
+        "scitldr_randomized/one_model.md",
+        "scitldr_randomized/one_model.csv",
+    ):
+        assert (tmp_path / "results" / page).read_bytes() == (RESULTS / page).read_bytes(), page
