@@ -258,8 +258,8 @@ def test_a_searched_schedule_is_set_beside_the_cells_it_is_paired_with(tmp_path)
     _cell(one, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
     _cell(one, 1, "searched", 1, ["a parser that is fast", "a study of loss"])
     unpaired = write_one_model(one, own, label="results/per_schedule", pairs={})
-    row = {r["schedule"]: r for r in csv.DictReader(unpaired["csv"].open())}["searched"]
-    assert row["per_schedule_seeds"] == "" and row["rougeL_max_delta"] == ""  # nothing to pair
+    schedules = [r["schedule"] for r in csv.DictReader(unpaired["csv"].open())]
+    assert schedules == ["full"]  # nothing to compare "searched" with: left out
     paths = write_one_model(one, own, label="results/per_schedule", pairs={"searched": "target_2x"})
     row = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}["searched"]
     assert row["per_schedule"] == "target_2x" and row["per_schedule_seeds"] == "1"
@@ -268,6 +268,33 @@ def test_a_searched_schedule_is_set_beside_the_cells_it_is_paired_with(tmp_path)
     assert "| searched (against target_2x) | 1 / 1 |" in md and "--pair searched=target_2x" in md
     assert pairs_of(one) == {"searched": "target_2x"}
     assert PARTS["one_model"](one) == "one model" and paths["md"].read_text() == md
+
+
+def test_a_second_one_model_page_compares_with_another_folder_and_make_docs_keeps_both(tmp_path):
+    """--page one_model_steps: the randomized model beside a second per-schedule folder (trained
+    for fewer steps), written beside one_model.md; each page states both sides' training steps,
+    and make docs rewrites both from their CSVs."""
+    from skipdecode.experiments.sweeps.one_model import main
+    from skipdecode.experiments.sweeps.pages import PARTS
+
+    own, short, one = (tmp_path / "results" / n for n in ("per_schedule", "short", "randomized"))
+    for folder, steps in ((own, 160), (short, 31), (one, 160)):
+        _cell(folder, 0, "full", 1, ["we propose a fast parser", "a study of the loss"])
+        _cell(folder, 1, "target_2x", 1, ["a new model", "a study of loss"])
+        for record in folder.glob("*/record.json"):
+            data = json.loads(record.read_text())
+            data["train_meta"] = {"checkpoint": f"/x/checkpoints/best-step{steps}.ckpt"}
+            record.write_text(json.dumps(data))
+    main([str(one), "--against", str(own)])
+    main([str(one), "--against", str(short), "--page", "one_model_steps"])
+    first, second = (one / "one_model.md").read_text(), (one / "one_model_steps.md").read_text()
+    assert "training steps: one model 160, per schedule 160" in first
+    assert "training steps: one model 160, per schedule 31" in second
+    assert "--page one_model_steps" in second and "--page" not in first
+    assert PARTS["one_model"](one) == "one model (2 pages)"
+    assert (one / "one_model_steps.md").read_text() == second
+    with pytest.raises(SystemExit):
+        main([str(one), "--against", str(own), "--page", "../elsewhere"])
 
 
 def test_one_model_page_decides_on_bleu_where_the_task_is_not_summarization(tmp_path):

@@ -274,17 +274,18 @@ def _baseline(folder: Path, page: str, rows: list[dict[str, str]], cells: list) 
 
 
 def _check_page(folder: Path, page: str, found: Findings) -> None:
+    kind = page if page in _PAGES else "one_model.csv"  # one_model_<name>.csv: a second one
     with (folder / page).open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     cells = _cells(folder)
-    baseline_of = _baseline(folder, page, rows, cells)
+    baseline_of = _baseline(folder, kind, rows, cells)
     for row in rows:
         mine = [
-            c for c in cells if all((c.get(k) or "") == (row.get(k) or "") for k in _PAGES[page])
+            c for c in cells if all((c.get(k) or "") == (row.get(k) or "") for k in _PAGES[kind])
         ]
         where = f"{folder.name}/{page} {row.get('schedule')} ({row.get('method')})"
         baseline = baseline_of(row)
-        if page == "one_model.csv":
+        if kind == "one_model.csv":
             _check_means(row, baseline, found, where, "per_schedule_")
         _check_row(row, mine, baseline, found, where)
 
@@ -292,9 +293,9 @@ def _check_page(folder: Path, page: str, found: Findings) -> None:
 def check_summaries(results: Path) -> Findings:
     """Every ``summaries.csv``, ``one_model.csv`` and ``extractive.csv`` under ``results``."""
     found = Findings("summary pages from generations")
-    for page in _PAGES:
-        for path in sorted(results.glob(f"*/{page}")):
-            _check_page(path.parent, page, found)
+    for page in _PAGES:  # one_model.csv and any second one-model page (one_model_*.csv)
+        for path in sorted(results.glob(f"*/{page.replace('.csv', '*.csv')}")):
+            _check_page(path.parent, path.name, found)
     for path in sorted(results.glob("*/extractive.csv")):
         _check_extractive(path.parent, found)
     return found

@@ -13,7 +13,8 @@ against the full model of its own training on the same batches and path, so the 
 compared at the speed each measured (the page prints both).
 
 Writes ``one_model.md`` and ``one_model.csv`` into the randomized model's folder, each whole or
-not at all:
+not at all (``--page NAME``: ``NAME.md`` and ``NAME.csv``, for a second comparison such as a
+per-schedule fine-tune given only the steps the randomized model spent on its plan):
 
     python -m skipdecode.experiments.sweeps.one_model results/scitldr_randomized \\
         --against results/scitldr_smollm2
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...io import write_text_atomic
+from ...io import read_json_or_none, write_text_atomic
 from .seeds import mean_ci95
 from .summaries import (
     LABELS,
@@ -50,8 +52,9 @@ __all__ = [
     "write_one_model",
 ]
 
-ONE_MODEL_MD = "one_model.md"
-ONE_MODEL_CSV = "one_model.csv"
+ONE_MODEL = "one_model"
+ONE_MODEL_MD = f"{ONE_MODEL}.md"
+ONE_MODEL_CSV = f"{ONE_MODEL}.csv"
 #: The qualities compared, and the two speeds each side measured.
 COMPARED = ("rougeL_max", "bleu", "bertscore_f1")
 SPEEDS = ("measured_speedup_decode", "measured_speedup_e2e")
@@ -63,7 +66,8 @@ def one_model_rows(
     per_schedule: Sequence[Mapping[str, Any]],
     pairs: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per schedule the randomized model was decoded under (module doc); ``randomized``
+    """One row per schedule the randomized model was decoded under and the per-schedule folder
+    has cells for (module doc); ``randomized``
     and ``per_schedule`` are :func:`~.summaries.summary_cells` of the two folders; ``pairs``
     compares a schedule with another's per-schedule cells (a searched schedule against
     ``target_2x``, say), by name."""
@@ -75,6 +79,8 @@ def one_model_rows(
     for key, cells in groups.items():
         against = (*key[:-1], pairs.get(str(key[-1]), key[-1]))
         own = [c for c in per_schedule if tuple(c.get(k) for k in _KEY) == against]
+        if not own:  # nothing to compare with: the page leaves the schedule out
+            continue
         row: dict[str, Any] = dict(zip(_KEY, key, strict=True))
         row["per_schedule"] = against[-1]
         row["method"] = cells[0].get("method")
@@ -105,7 +111,20 @@ def primary_metric(rows: Sequence[Mapping[str, Any]]) -> str:
     return "rougeL_max" if rows and is_summarization(rows[0].get("dataset")) else "bleu"
 
 
-def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
+def training_steps(cells: Sequence[Mapping[str, Any]]) -> str:
+    """The training steps of the checkpoints ``cells`` decoded (their records' ``train_meta``),
+    each once: "160", "31", "40 160"; "?" where a record does not say."""
+    steps = set()
+    for cell in cells:
+        record = read_json_or_none(cell.get("record") or "") or {}
+        found = re.search(
+            r"step(\d+)\.ckpt$", str((record.get("train_meta") or {}).get("checkpoint"))
+        )
+        steps.add(int(found.group(1)) if found else "?")
+    return " ".join(str(x) for x in sorted(steps, key=str)) or "-"
+
+
+def format_page(rows: Sequence[Mapping[str, Any]], command: str, steps: tuple[str, str]) -> str:
     primary = primary_metric(rows)
     header = ["schedule", "seeds (one model / per schedule)"]
     header += [
@@ -138,7 +157,8 @@ def format_page(rows: Sequence[Mapping[str, Any]], command: str) -> str:
         "# One budget-randomized model against one fine-tune per schedule\n\n"
         f"Written by `{command}` from the committed records; do not edit. Each row: the "
         "budget-randomized model decoded under a schedule, beside the model fine-tuned for that "
-        "schedule alone (same model, data, recipe and test inputs). Quality: mean over seeds "
+        f"schedule alone (same model, data and test inputs; training steps: one model {steps[0]}, "
+        f"per schedule {steps[1]}). Quality: mean over seeds "
         "[95% t-interval; none with one seed]. Δ = one model - per schedule, the two-level "
         "paired bootstrap over the seeds both have and the inputs (with one paired seed the "
         "inputs only), and the t-interval over per-seed differences where two or more seeds "
@@ -170,47 +190,53 @@ def write_one_model(
     against: str | Path,
     label: str | None = None,
     pairs: Mapping[str, str] | None = None,
+    page: str = ONE_MODEL,
 ) -> dict[str, Path] | None:
-    """Write the page and its CSV into ``folder``; None when it holds no finished cell.
-    ``label``: how the page and its CSV name ``against`` (default: as given); ``pairs``
-    (default: those the published CSV holds) as in :func:`one_model_rows`."""
+    """Write the page and its CSV (``page``.md and .csv) into ``folder``; None when it holds no
+    finished cell. ``label``: how the page and its CSV name ``against`` (default: as given);
+    ``pairs`` (default: those the published CSV holds) as in :func:`one_model_rows`."""
     folder, against = Path(folder), Path(against)
     label = label or against.as_posix()
-    pairs = pairs_of(folder) if pairs is None else pairs
-    rows = one_model_rows(summary_cells(folder, False), summary_cells(against, False), pairs)
+    pairs = pairs_of(folder, page) if pairs is None else pairs
+    own, per_schedule = summary_cells(folder, False), summary_cells(against, False)
+    rows = one_model_rows(own, per_schedule, pairs)
     if not rows:
         return None
     command = (
         f"python -m skipdecode.experiments.sweeps.one_model {folder.as_posix()} --against {label}"
         + "".join(f" --pair {k}={v}" for k, v in sorted(pairs.items()))
+        + ("" if page == ONE_MODEL else f" --page {page}")
     )
-    paths = {"md": folder / ONE_MODEL_MD, "csv": folder / ONE_MODEL_CSV}
+    compared = {(c.get("dataset"), c.get("model"), r["per_schedule"]) for r in rows for c in own}
+    against_cells = [c for c in per_schedule if tuple(c.get(k) for k in _KEY) in compared]
+    steps = (training_steps(own), training_steps(against_cells))
+    paths = {"md": folder / f"{page}.md", "csv": folder / f"{page}.csv"}
     lines = [{**_csv_row(r), "against": label} for r in rows]
     write_text_atomic(paths["csv"], csv_text(lines, list(lines[0])))
-    write_text_atomic(paths["md"], format_page(rows, command))
+    write_text_atomic(paths["md"], format_page(rows, command, steps))
     return paths
 
 
-def _published_rows(folder: Path) -> list[dict[str, str]]:
+def _published_rows(folder: Path, page: str = ONE_MODEL) -> list[dict[str, str]]:
     """The rows of a published page's CSV (none without one)."""
-    path = Path(folder) / ONE_MODEL_CSV
+    path = Path(folder) / f"{page}.csv"
     if not path.is_file():
         return []
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 
-def against_of(folder: Path) -> str | None:
+def against_of(folder: Path, page: str = ONE_MODEL) -> str | None:
     """The per-schedule folder a published page compared with (its CSV's ``against``)."""
-    rows = _published_rows(folder)
+    rows = _published_rows(folder, page)
     return rows[0].get("against") if rows else None
 
 
-def pairs_of(folder: Path) -> dict[str, str]:
+def pairs_of(folder: Path, page: str = ONE_MODEL) -> dict[str, str]:
     """The schedules a published page compared with another schedule's cells (its CSV)."""
     return {
         r["schedule"]: r["per_schedule"]
-        for r in _published_rows(folder)
+        for r in _published_rows(folder, page)
         if r.get("per_schedule") and r["per_schedule"] != r["schedule"]
     }
 
@@ -223,17 +249,20 @@ def main(argv: list[str] | None = None) -> None:
         "--pair", action="append", default=[], metavar="SCHEDULE=AGAINST",
         help="compare SCHEDULE with AGAINST's per-schedule cells (repeatable)",
     )  # fmt: skip
+    p.add_argument("--page", default=ONE_MODEL, help="the page's name: NAME.md and NAME.csv")
     args = p.parse_args(argv)
+    if not re.fullmatch(r"one_model[a-z0-9_]*", args.page):
+        p.error(f"--page: {args.page!r}; allowed: one_model followed by letters, digits or _")
     for name, path in (("folder", args.folder), ("--against", args.against)):
         if not path.is_dir():
             p.error(f"{name}: {str(path)!r} is not a directory")
-    pairs = pairs_of(args.folder)
+    pairs = pairs_of(args.folder, args.page)
     for pair in args.pair:
         schedule, sep, other = pair.partition("=")
         if not sep or not schedule or not other:
             p.error(f"--pair: {pair!r}; allowed: SCHEDULE=AGAINST, two schedule names")
         pairs[schedule] = other
-    written = write_one_model(args.folder, args.against, pairs=pairs)
+    written = write_one_model(args.folder, args.against, pairs=pairs, page=args.page)
     print(written["md"] if written else f"{args.folder}: no finished cells")
 
 

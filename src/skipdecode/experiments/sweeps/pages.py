@@ -106,12 +106,14 @@ def _e2e(folder: Path) -> str:
 def _one_model(folder: Path) -> str:
     from .one_model import against_of, write_one_model
 
-    against = against_of(folder)
-    if against is None:
+    pages = sorted(p.stem for p in folder.glob("one_model*.csv"))
+    if not pages:
         return "one model: not published for this folder"
     root = folder.resolve().parent.parent  # the repository: the page names its folders from it
-    write_one_model(folder, root / against, label=against)
-    return "one model"
+    for page in pages:
+        against = against_of(folder, page)
+        write_one_model(folder, root / against, label=against, page=page)
+    return "one model" + (f" ({len(pages)} pages)" if len(pages) > 1 else "")
 
 
 def _budget(folder: Path) -> str:
