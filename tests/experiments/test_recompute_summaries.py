@@ -31,6 +31,27 @@ def test_rouge_is_counted_as_rouge_score_counts_it_in_both_conventions():
             assert value == pytest.approx(scored["per_example"][key]["f"][i], abs=1e-15), key
 
 
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_bleu_is_counted_as_sacrebleu_counts_it(lowercase):
+    from sacrebleu.metrics import BLEU
+
+    from skipdecode.experiments.recompute.bleu import bleu_from_statistics, bleu_statistics
+
+    outputs = ["The cat sat on the Mat.", "", "a b", "Dogs run fast, don't they?", "x y z w v"]
+    references = [
+        ["the cat sat on the mat .", "A cat was on the mat"],
+        ["nothing"],
+        ["a b c d e f"],
+        ["Dogs run fast, don't they?", "dogs run", "Fast dogs run."],
+        ["q r s t u"],
+    ]
+    for lo, hi in ((0, 5), (0, 3), (2, 3), (3, 5), (4, 5)):
+        streams = [[r[k] if k < len(r) else None for r in references[lo:hi]] for k in range(3)]
+        expected = BLEU(lowercase=lowercase).corpus_score(outputs[lo:hi], streams).score
+        stats = bleu_statistics(outputs[lo:hi], references[lo:hi], lowercase)
+        assert bleu_from_statistics(stats.sum(0)) == pytest.approx(expected, abs=1e-12), (lo, hi)
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     results = tmp_path_factory.mktemp("summaries") / "results"
@@ -58,6 +79,7 @@ def _edit(path: Path, schedule: str, column: str, value: str) -> None:
         ("rougeL_max_delta_ci95_low", "-0.05"),  # a bootstrap bound
         ("rougeL_max_delta_seed_ci95_high", "0.0"),  # a per-seed t bound
         ("rougeL_max_decided", "undecided"),  # what the intervals decide
+        ("bleu_delta_ci95_high", "-1.0"),  # a BLEU bootstrap bound (corpus BLEU per draw)
     ],
 )
 def test_a_summary_number_that_does_not_recompute_is_caught(folder, tmp_path, column, value):
@@ -100,25 +122,39 @@ def test_a_reference_point_whose_kept_outputs_changed_is_caught(folder, tmp_path
     assert any("extractive.csv lead-1: rougeL_max_delta " in d for d in differences)
 
 
+def _copied(tmp_path: Path, monkeypatch, *names: str) -> None:
+    for name in names:
+        shutil.copytree(RESULTS / name, tmp_path / "results" / name)
+    monkeypatch.chdir(tmp_path)
+
+
+def _same(tmp_path: Path, *pages: str) -> None:
+    for page in pages:
+        assert (tmp_path / "results" / page).read_bytes() == (RESULTS / page).read_bytes(), page
+
+
 def test_the_summary_pages_are_the_ones_their_writers_make_from_the_committed_cells(
     tmp_path, monkeypatch
 ):
     """The audit checks the CSVs; the pages beside them are written from the same cells, so a
     committed page that its writer would not write again is caught here."""
     from skipdecode.experiments.sweeps.extractive import write_extractive
-    from skipdecode.experiments.sweeps.one_model import write_one_model
     from skipdecode.experiments.sweeps.summaries import write_summaries
 
-    for name in ("scitldr_smollm2", "scitldr_randomized"):
-        shutil.copytree(RESULTS / name, tmp_path / "results" / name)
-    monkeypatch.chdir(tmp_path)
+    _copied(tmp_path, monkeypatch, "scitldr_smollm2")
     write_summaries("results/scitldr_smollm2")
     write_extractive("results/scitldr_smollm2")
-    write_one_model("results/scitldr_randomized", "results/scitldr_smollm2")
-    for page in (
-        "scitldr_smollm2/summaries.md",
-        "scitldr_smollm2/extractive.md",
-        "scitldr_randomized/one_model.md",
-        "scitldr_randomized/one_model.csv",
-    ):
-        assert (tmp_path / "results" / page).read_bytes() == (RESULTS / page).read_bytes(), page
+    _same(tmp_path, "scitldr_smollm2/summaries.md", "scitldr_smollm2/extractive.md")
+
+
+@pytest.mark.slow
+def test_the_one_model_pages_are_the_ones_their_writer_makes_from_the_committed_cells(
+    tmp_path, monkeypatch
+):
+    from skipdecode.experiments.sweeps.one_model import write_one_model
+
+    _copied(tmp_path, monkeypatch, "scitldr_smollm2", "scitldr_randomized")
+    for page in sorted((RESULTS / "scitldr_randomized").glob("one_model*.csv")):
+        against = next(csv.DictReader(page.open()))["against"]
+        write_one_model("results/scitldr_randomized", against, page=page.stem)
+        _same(tmp_path, f"scitldr_randomized/{page.stem}.md", f"scitldr_randomized/{page.name}")

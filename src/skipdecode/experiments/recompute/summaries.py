@@ -7,18 +7,19 @@ n-gram matches; the longest common subsequence) over rouge-score's tokens with P
 (the tokenization the records name); per input SciTLDR's *max* (the reference with the best
 ROUGE-1 F, the first on ties, and that reference's three scores) and *mean* (the mean over the
 references); the cell's figure is the mean over its inputs. BERTScore F1 is the mean of the
-per-input scores the generations keep; BLEU is the cell's ``cells.csv`` figure (checked against
-its record by the tables check).
+per-input scores the generations keep; corpus BLEU is counted from the outputs (:mod:`.bleu`)
+and compared with the cell's ``cells.csv`` figure (a record whose BLEU settings that module does
+not implement keeps the ``cells.csv`` figure).
 
 Per row: the mean over seeds with its 95% t-interval; against the baseline's cells of the same
 seeds (``full`` on ``summaries.csv``, the per-schedule folder's cells on ``one_model.csv``): the
 difference as the mean of the per-seed differences, the t-interval over them, the two-level
-paired bootstrap of the per-input metrics (METRICS.md: 1,000 draws from numpy's generator seeded
-12345, inputs drawn for every seed at once, then the seeds), what the intervals decide, and the
-mean measured speedups. ``extractive.csv``: each reference point's kept outputs
+paired bootstrap (METRICS.md: 1,000 draws from numpy's generator seeded 12345, inputs drawn for
+every seed at once, then the seeds; a per-input metric averaged over each draw's inputs, BLEU
+recomputed from each draw's summed statistics), what the intervals decide, and the mean
+measured speedups. ``extractive.csv``: each reference point's kept outputs
 (``extractive.jsonl.gz``) scored the same way against full's references, full - point over
-full's seeds with the same intervals, and full's own row. BLEU's bootstrap interval (corpus
-statistics per draw) and a reference point's BLEU are not recomputed; the report counts them.
+full's seeds with the same intervals, and full's own row.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import csv
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ...io import plain_or_gzipped, read_jsonl
+from .bleu import bleu_from_statistics, bleu_statistics, implemented
 from .findings import Findings
 from .tables import _mean_interval
 
@@ -94,54 +96,69 @@ def rouge_scores(output: str, references: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def _cell(generations: Path) -> dict[str, Any]:
-    """A cell's inputs and per-input scores (every ROUGE key; BERTScore F1 where all keep it)."""
-    digest = hashlib.sha256(generations.read_bytes()).hexdigest()
-    if digest not in _SCORED:  # the same outputs (a copied folder) are scored once
-        _SCORED[digest] = _scored(read_jsonl(generations))
-    return _SCORED[digest]
+def _cell(generations: Path, bleu: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A cell's inputs and per-input scores (every ROUGE key; BERTScore F1 where all keep it;
+    BLEU's statistics where ``bleu``, the record's settings, are ones :mod:`.bleu` implements)."""
+    key = (hashlib.sha256(generations.read_bytes()).hexdigest(), json.dumps(bleu, sort_keys=True))
+    if key not in _SCORED:  # the same outputs (a copied folder) are scored once
+        _SCORED[key] = _scored(read_jsonl(generations), bleu)
+    return _SCORED[key]
 
 
-_SCORED: dict[str, dict[str, Any]] = {}
+_SCORED: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def _scored(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _scored(rows: list[dict[str, Any]], bleu: Mapping[str, Any] | None = None) -> dict[str, Any]:
     scores = [rouge_scores(str(r["output"]), [str(x) for x in r["references"]]) for r in rows]
     per_input = {k: [s[k] for s in scores] for k in _ROUGE}
     if rows and all("bertscore_f1" in (r.get("scores") or {}) for r in rows):
         per_input["bertscore_f1"] = [float(r["scores"]["bertscore_f1"]) for r in rows]
-    return {"inputs": [r.get("input") for r in rows], "per_input": per_input}
+    out = {"inputs": [r.get("input") for r in rows], "per_input": per_input}
+    if bleu is not None and implemented(bleu):
+        outputs, references = [str(r["output"]) for r in rows], [r["references"] for r in rows]
+        stats = bleu_statistics(outputs, references, bool(bleu.get("lowercase")))
+        out.update(bleu_stats=stats, bleu=bleu_from_statistics(stats.sum(0)))
+    return out
 
 
-def _generations(folder: Path, cell: dict[str, Any]) -> Path:
+def _generations(folder: Path, cell: dict[str, Any]) -> tuple[Path, dict[str, Any] | None]:
+    """A cell's generations file and its record's BLEU settings."""
     record = json.loads((folder / cell["job"] / "record.json").read_text("utf-8"))
     name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    return plain_or_gzipped(folder / cell["job"] / name)
+    bleu = (record.get("quality") or {}).get("bleu")
+    settings = bleu.get("settings") if isinstance(bleu, dict) else None
+    return plain_or_gzipped(folder / cell["job"] / name), settings
 
 
-def _cells(folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
+def _cells(
+    folder: Path, found: Findings, schedules: set[str] | None = None
+) -> list[dict[str, Any]]:
     """The folder's finished cells (``cells.csv``; of ``schedules`` only, where given) with
-    their scores; a cell without readable generations is left out (the writer does too)."""
+    their scores; a cell without readable generations is left out (the writer does too). Its
+    BLEU is counted from its outputs where :mod:`.bleu` implements the record's settings (and
+    compared with ``cells.csv``), else read from ``cells.csv``."""
     out = []
     with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             if row.get("status") != "ok" or row["schedule"] not in (schedules or {row["schedule"]}):
                 continue
-            path = _generations(folder, row)
+            path, bleu = _generations(folder, row)
             if not path.is_file():
                 continue
-            scored = _cell(path)
+            scored = _cell(path, bleu)
             values = {k: sum(v) / len(v) for k, v in scored["per_input"].items() if v}
             for k in ("bleu", *_SPEEDS):
                 values[k] = float(row[k]) if row.get(k) not in (None, "") else None
-            out.append({**row, **scored, **values})
+            if "bleu" in scored:
+                where = f"{folder.name}/cells.csv job {row['job']}"
+                found.compare(where, "bleu (from its outputs)", row.get("bleu"), scored["bleu"])
+            out.append({**row, **values, **scored})
     return out
 
 
-def _bootstrap(pairs: list[tuple[list[float], list[float]]]) -> tuple[float, float]:
-    """The two-level paired bootstrap's 2.5th and 97.5th percentiles (module doc)."""
-    diffs = np.array([np.subtract(s, b) for s, b in pairs])  # (seeds, inputs)
-    seeds, n = diffs.shape
+def _bootstrap(seeds: int, n: int, per_seed: Any) -> tuple[float, float]:
+    """The two-level paired bootstrap's 2.5th and 97.5th percentiles (module doc):
+    ``per_seed(s, draws)`` gives seed s's differences on each draw's inputs."""
     rng = np.random.default_rng(12345)
     draws = rng.integers(0, n, size=(1000, n))
     if seeds > 1:
@@ -150,9 +167,29 @@ def _bootstrap(pairs: list[tuple[list[float], list[float]]]) -> tuple[float, flo
     else:
         weights = np.ones((1000, 1))
     weights /= weights.sum(1, keepdims=True)
-    drawn = (diffs[:, draws].mean(2).T * weights).sum(1)
+    drawn = (np.stack([per_seed(s, draws) for s in range(seeds)], 1) * weights).sum(1)
     low, high = np.percentile(drawn, [2.5, 97.5])
     return float(low), float(high)
+
+
+def _interval(m: str, pairs: list) -> tuple[float, float]:
+    """The bootstrap of ``m``: per-input differences averaged over each draw's inputs, or (BLEU)
+    corpus BLEU recomputed from each draw's summed statistics on both sides."""
+    if m == "bleu":
+        stats = [(s["bleu_stats"], b["bleu_stats"]) for s, b in pairs]
+
+        def per_seed(k: int, draws: np.ndarray) -> np.ndarray:
+            system, base = (x[draws].sum(1) for x in stats[k])
+            return np.array(
+                [bleu_from_statistics(a) - bleu_from_statistics(b) for a, b in zip(system, base)]
+            )
+    else:
+        diffs = np.array([np.subtract(s["per_input"][m], b["per_input"][m]) for s, b in pairs])
+
+        def per_seed(k: int, draws: np.ndarray) -> np.ndarray:
+            return diffs[k][draws].mean(1)
+
+    return _bootstrap(len(pairs), len(pairs[0][0]["inputs"]), per_seed)
 
 
 def _decided(intervals: list[tuple[float, float]]) -> str:
@@ -208,10 +245,12 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     for bound, value in zip(("low", "high"), seed_interval, strict=True):
         column = f"{m}_delta_seed_ci95_{bound}"
         found.compare(where, column, row.get(column), value)
-    if m not in pairs[0][0]["per_input"]:
-        found.skip("BLEU bootstrap intervals (corpus statistics per draw)")
+    if not all(
+        m in s["per_input"] or (m == "bleu" and "bleu_stats" in s) for p in pairs for s in p
+    ):
+        found.skip(f"{m} bootstrap intervals (no per-input figures)")
         return
-    boot = _bootstrap([(s["per_input"][m], b["per_input"][m]) for s, b in pairs])
+    boot = _interval(m, pairs)
     found.compare(where, f"{m}_delta_ci95_low", row.get(f"{m}_delta_ci95_low"), boot[0])
     found.compare(where, f"{m}_delta_ci95_high", row.get(f"{m}_delta_ci95_high"), boot[1])
     intervals = [boot] + ([seed_interval] if seed_interval[0] is not None else [])
@@ -226,7 +265,7 @@ def _check_extractive(folder: Path, found: Findings) -> None:
     points: dict[tuple, list[dict[str, Any]]] = {}
     for r in read_jsonl(plain_or_gzipped(folder / "extractive.jsonl")):
         points.setdefault((r["dataset"], r["model"], r["system"]), []).append(r)
-    cells = _cells(folder)
+    cells = _cells(folder, found)
     for row in rows:
         where = f"{folder.name}/extractive.csv {row['system']}"
         fulls = [
@@ -240,18 +279,21 @@ def _check_extractive(folder: Path, found: Findings) -> None:
         stored = sorted(
             points[(row["dataset"], row["model"], row["system"])], key=lambda r: int(r["index"])
         )
-        refs = [r["references"] for r in read_jsonl(_generations(folder, fulls[0]))]
-        point = _scored([{**r, "references": x} for r, x in zip(stored, refs, strict=True)])
+        path, bleu = _generations(folder, fulls[0])
+        refs = [r["references"] for r in read_jsonl(path)]
+        point = _scored([{**r, "references": x} for r, x in zip(stored, refs, strict=True)], bleu)
         values = {k: sum(v) / len(v) for k, v in point["per_input"].items()}
+        values.update({"bleu": point["bleu"]} if "bleu" in point else {})
         metrics = [m for m in values if f"{m}_delta" in row]
         for m in metrics:
             found.compare(where, m, row.get(m), values[m])
-        found.skip("reference points' BLEU (a corpus score, not per input)")
         baseline = [{**point, **values, "seed": c["seed"], "inputs": c["inputs"]} for c in fulls]
         _check_deltas(row, fulls, baseline, metrics, found, where)
 
 
-def _baseline(folder: Path, page: str, rows: list[dict[str, str]], cells: list) -> Any:
+def _baseline(
+    folder: Path, page: str, rows: list[dict[str, str]], cells: list, found: Findings
+) -> Any:
     """A function from a page row to the cells its differences are taken against: full of the
     same dataset and model (``summaries.csv``), or the per-schedule folder's cells of the
     schedule the row names (``one_model.csv``, that folder beside this one)."""
@@ -264,7 +306,7 @@ def _baseline(folder: Path, page: str, rows: list[dict[str, str]], cells: list) 
         ]
     against = {}
     for name in {Path(r["against"]).name for r in rows}:
-        against[name] = _cells(folder.parent / name, {r["per_schedule"] for r in rows})
+        against[name] = _cells(folder.parent / name, found, {r["per_schedule"] for r in rows})
     return lambda row: [
         c
         for c in against[Path(row["against"]).name]
@@ -277,8 +319,8 @@ def _check_page(folder: Path, page: str, found: Findings) -> None:
     kind = page if page in _PAGES else "one_model.csv"  # one_model_<name>.csv: a second one
     with (folder / page).open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    cells = _cells(folder)
-    baseline_of = _baseline(folder, kind, rows, cells)
+    cells = _cells(folder, found)
+    baseline_of = _baseline(folder, kind, rows, cells, found)
     for row in rows:
         mine = [
             c for c in cells if all((c.get(k) or "") == (row.get(k) or "") for k in _PAGES[kind])
