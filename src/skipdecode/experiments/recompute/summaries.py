@@ -38,7 +38,7 @@ import numpy as np
 from ...io import plain_or_gzipped, read_jsonl
 from .bleu import bleu_from_statistics, bleu_statistics, implemented
 from .findings import Findings
-from .tables import _mean_interval
+from .tables import mean_interval
 
 __all__ = ["check_summaries", "rouge_scores"]
 
@@ -209,7 +209,7 @@ def _check_means(row: dict[str, str], cells: list, found: Findings, where: str, 
     seeds = " ".join(sorted(c["seed"] for c in cells))
     found.compare(where, f"{prefix}seeds", row.get(f"{prefix}seeds"), seeds)
     for m in (*metrics, *(s for s in _SPEEDS if f"{prefix}{s}" in row)):
-        mean, low, high = _mean_interval([c[m] for c in cells if c.get(m) is not None])
+        mean, low, high = mean_interval([c[m] for c in cells if c.get(m) is not None])
         for suffix, value in (("", mean), ("_ci95_low", low), ("_ci95_high", high)):
             found.compare(where, prefix + m + suffix, row.get(prefix + m + suffix), value)
     return metrics
@@ -241,7 +241,7 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     """One metric's difference: its point, the per-seed t-interval, the bootstrap, the verdict."""
     diffs = [system[m] - base[m] for system, base in pairs]
     found.compare(where, f"{m}_delta", row.get(f"{m}_delta"), sum(diffs) / len(diffs))
-    seed_interval = _mean_interval(diffs)[1:] if len(diffs) > 1 else (None, None)
+    seed_interval = mean_interval(diffs)[1:] if len(diffs) > 1 else (None, None)
     for bound, value in zip(("low", "high"), seed_interval, strict=True):
         column = f"{m}_delta_seed_ci95_{bound}"
         found.compare(where, column, row.get(column), value)

@@ -17,7 +17,7 @@ from ..sweeps.table import num
 from .findings import Findings
 from .speeds import published
 
-__all__ = ["check_tables", "T975"]
+__all__ = ["check_tables", "mean_interval", "T975"]
 
 #: The 0.975 quantile of Student's t by degrees of freedom (enough for up to 11 seeds).
 T975 = {
@@ -46,7 +46,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _mean_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
+def mean_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    """(mean, low, high): the mean and its 95% t-interval (:data:`T975`); no interval below 2."""
     if not values:
         return None, None, None
     n = len(values)
@@ -89,12 +90,12 @@ def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -
         found.compare(where, "n_seeds", row.get("n_seeds"), len(members))
         for metric in QUALITY:
             values = [x for x in (num(c.get(metric)) for c in members) if x is not None]
-            mean, low, high = _mean_interval(values)
+            mean, low, high = mean_interval(values)
             for suffix, value in (("_mean", mean), ("_ci95_low", low), ("_ci95_high", high)):
                 found.compare(where, metric + suffix, row.get(metric + suffix), value)
         for key in MEANS:
             values = [x for x in (num(c.get(key)) for c in members) if x is not None]
-            found.compare(where, key, row.get(key), _mean_interval(values)[0])
+            found.compare(where, key, row.get(key), mean_interval(values)[0])
 
 
 def check_tables(results: Path) -> Findings:
