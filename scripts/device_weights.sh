@@ -9,7 +9,8 @@
 #
 # writes the git-ignored folder .gguf/<asset>/: part-00, part-01, ... (each at most PART_MIB MiB;
 # by default what a call has room for beside the tree it copies: 64 MiB less the tracked and
-# untracked-but-not-ignored files, less 1 MiB, so the parts shrink as results/ grows)
+# untracked-but-not-ignored files and .whl/ and .device/ (which ride with part-00), less 1 MiB,
+# so the parts shrink as results/ grows)
 # and SHA256 (the whole file's digest and its name). Each call names one part in `carry`
 # (`.gguf/smollm2/part-00` with .whl and .device in the first call, then part-01, then part-02
 # and SHA256), so no call carries more than the tree and one part. On the device, after the last:
@@ -23,6 +24,7 @@
 # converts into <scratch>; tests/test_device_weights.py does it and compares the weights).
 set -euo pipefail
 mode=${1:?usage: device_weights.sh pack|unpack [smollm2|gemma3]}
+if root=$(git rev-parse --show-toplevel 2>/dev/null); then cd "$root"; fi  # .gguf/ at the root
 asset=${2:-smollm2}
 PY=${PY:-python3}
 dir=.gguf/$asset
@@ -33,18 +35,22 @@ esac
 
 if [ "$mode" = pack ]; then
   PY=${PY_HERE:-.venv/bin/python}
-  if [ -z "${PART_MIB:-}" ]; then  # the room a call leaves beside the tree it copies
-    if tree=$(git ls-files -co --exclude-standard -z 2>/dev/null | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1) && [ -n "$tree" ]; then
-      PART_MIB=$(( (64 * 1048576 - tree) / 1048576 - 1 ))
-      echo "device_weights: the tree a call copies is $((tree / 1048576)) MiB; parts of $PART_MIB MiB"
+  if [ -z "${PART_MIB:-}" ]; then  # the room a call leaves beside the tree and the kit
+    if git rev-parse --show-toplevel > /dev/null 2>&1; then
+      # du leaves out (and complains of) tracked files deleted from the checkout
+      tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1 || true)
+      kit=$(du -cb .whl .device 2>/dev/null | tail -1 | cut -f1 || true)
+      PART_MIB=$(( (64 * 1048576 - ${tree:-0} - ${kit:-0}) / 1048576 - 1 ))
+      echo "device_weights: a call copies $(( ${tree:-0} / 1048576 )) MiB of tree and" \
+           "$(( ${kit:-0} / 1048576 )) MiB of .whl/.device; parts of $PART_MIB MiB"
     else
       PART_MIB=29
       echo "device_weights: not a git checkout; parts of $PART_MIB MiB (set PART_MIB to choose)"
     fi
   fi
-  if ! [[ "$PART_MIB" =~ ^[0-9]+$ ]] || [ "$PART_MIB" -lt 4 ]; then
-    echo "device_weights: PART_MIB=$PART_MIB; allowed: a whole number of MiB, at least 4 (where the" \
-         "tree leaves a call less room, shrink the tree)" >&2
+  if ! [[ "$PART_MIB" =~ ^[0-9]{1,3}$ ]] || [ "$PART_MIB" -lt 4 ] || [ "$PART_MIB" -gt 63 ]; then
+    echo "device_weights: PART_MIB=$PART_MIB; allowed: a whole number of MiB from 4 to 63 (where" \
+         "the tree leaves a call less room, shrink the tree)" >&2
     exit 2
   fi
   work=$(mktemp -d)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from skipdecode.evaluation.metrics.text import rouge
-from skipdecode.experiments.recompute.summaries import check_summaries, rouge_scores
+from skipdecode.experiments.recompute.rouge import rouge_scores
+from skipdecode.experiments.recompute.summaries import check_summaries
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -153,8 +154,27 @@ def test_the_one_model_pages_are_the_ones_their_writer_makes_from_the_committed_
 ):
     from skipdecode.experiments.sweeps.one_model import write_one_model
 
-    _copied(tmp_path, monkeypatch, "scitldr_smollm2", "scitldr_randomized")
-    for page in sorted((RESULTS / "scitldr_randomized").glob("one_model*.csv")):
+    pages = sorted((RESULTS / "scitldr_randomized").glob("one_model*.csv"))
+    against = {next(csv.DictReader(page.open()))["against"] for page in pages}
+    _copied(tmp_path, monkeypatch, "scitldr_randomized", *(Path(a).name for a in against))
+    for page in pages:
         against = next(csv.DictReader(page.open()))["against"]
         write_one_model("results/scitldr_randomized", against, page=page.stem)
         _same(tmp_path, f"scitldr_randomized/{page.stem}.md", f"scitldr_randomized/{page.name}")
+
+
+def test_a_missing_row_or_a_difference_shown_without_a_pair_is_caught(folder, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(folder, results)
+    path = results / "scitldr_smollm2" / "summaries.csv"
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows = [r for r in rows if r["schedule"] != "target_4x"]
+    next(r for r in rows if r["schedule"] == "full")["rougeL_max_delta"] = "0.01"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    differences = check_summaries(results).differences
+    assert any("no row for the cells of" in d and "target_4x" in d for d in differences)
+    assert any("full (full): rougeL_max_delta '0.01' != None" in d for d in differences)

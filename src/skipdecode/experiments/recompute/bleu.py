@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_SETTINGS", "bleu_from_statistics", "bleu_statistics", "implemented"]
+__all__ = [
+    "DEFAULT_SETTINGS", "bleu_from_statistics", "bleu_statistics", "implemented", "ngrams",
+]  # fmt: skip
 
 ORDER = 4
 #: The settings this arithmetic implements (sacrebleu's defaults; ``lowercase`` either way); a
@@ -39,7 +41,8 @@ def _prepared(text: str, lowercase: bool) -> tuple[str, ...]:
     return _tokens(text.lower() if lowercase else text)
 
 
-def _ngrams(tokens: tuple[str, ...], n: int) -> Counter:
+def ngrams(tokens: tuple[str, ...], n: int) -> Counter:
+    """The n-grams of ``tokens`` with their counts."""
     return Counter(zip(*(tokens[i:] for i in range(n)), strict=False))
 
 
@@ -54,7 +57,7 @@ def _reference_counts(
     for n in range(1, ORDER + 1):
         counts: Counter = Counter()
         for tokens in tokenized:
-            counts |= _ngrams(tokens, n)
+            counts |= ngrams(tokens, n)
         most.append(counts)
     return most, tuple(len(t) for t in tokenized)
 
@@ -73,7 +76,7 @@ def bleu_statistics(
         most, lengths = _reference_counts(tuple(refs), lowercase)
         correct, total = [], []
         for n in range(1, ORDER + 1):
-            grams = _ngrams(tokens, n)
+            grams = ngrams(tokens, n)
             correct.append(sum((grams & most[n - 1]).values()))
             total.append(sum(grams.values()))
         rows.append([*correct, *total, len(tokens), _closest(len(tokens), lengths)])

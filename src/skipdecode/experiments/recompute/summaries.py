@@ -2,9 +2,9 @@
 generations, with arithmetic of its own.
 
 Per cell (a finished row of the folder's ``cells.csv`` and its ``generations.jsonl``): ROUGE-1,
-ROUGE-2 and ROUGE-L F of every output against each of its references, counted here (clipped
-n-gram matches; the longest common subsequence) over rouge-score's tokens with Porter stemming
-(the tokenization the records name); per input SciTLDR's *max* (the reference with the best
+ROUGE-2 and ROUGE-L F of every output against each of its references, counted by :mod:`.rouge`
+(clipped n-gram matches; the longest common subsequence) over rouge-score's tokens, stemmed as
+the record's settings say; per input SciTLDR's *max* (the reference with the best
 ROUGE-1 F, the first on ties, and that reference's three scores) and *mean* (the mean over the
 references); the cell's figure is the mean over its inputs. BERTScore F1 is the mean of the
 per-input scores the generations keep; corpus BLEU is counted from the outputs (:mod:`.bleu`)
@@ -27,9 +27,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from functools import cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +36,10 @@ import numpy as np
 from ...io import plain_or_gzipped, read_jsonl
 from .bleu import bleu_from_statistics, bleu_statistics, implemented
 from .findings import Findings
+from .rouge import rouge_scores
 from .tables import mean_interval
 
-__all__ = ["check_summaries", "rouge_scores"]
+__all__ = ["check_summaries"]
 
 _ROUGE = tuple(f"{t}_{c}" for c in ("max", "mean") for t in ("rouge1", "rouge2", "rougeL"))
 _SPEEDS = ("measured_speedup_decode", "measured_speedup_e2e")
@@ -51,109 +50,95 @@ _PAGES = {
 }
 
 
-@cache
-def _tokens(text: str) -> tuple[str, ...]:
-    from rouge_score.tokenizers import DefaultTokenizer
-
-    return tuple(DefaultTokenizer(use_stemmer=True).tokenize(text))
-
-
-def _f(matches: int, hypothesis: int, reference: int) -> float:
-    p, r = matches / max(hypothesis, 1), matches / max(reference, 1)
-    return 2 * p * r / (p + r) if p + r > 0 else 0.0
-
-
-def _ngram_f(hyp: tuple[str, ...], ref: tuple[str, ...], n: int) -> float:
-    h = Counter(zip(*(hyp[i:] for i in range(n)), strict=False))
-    r = Counter(zip(*(ref[i:] for i in range(n)), strict=False))
-    return _f(sum((h & r).values()), sum(h.values()), sum(r.values()))
-
-
-def _lcs_f(hyp: tuple[str, ...], ref: tuple[str, ...]) -> float:
-    if not hyp or not ref:
-        return 0.0
-    previous = [0] * (len(hyp) + 1)
-    for token in ref:
-        row = [0]
-        for j, other in enumerate(hyp):
-            row.append(previous[j] + 1 if token == other else max(previous[j + 1], row[j]))
-        previous = row
-    return _f(previous[-1], len(hyp), len(ref))
-
-
-def rouge_scores(output: str, references: Sequence[str]) -> dict[str, float]:
-    """One input's ROUGE-1/2/L F in SciTLDR's *max* and *mean* conventions (module doc)."""
-    hyp = _tokens(output)
-    per_ref = []
-    for reference in references:
-        ref = _tokens(reference)
-        per_ref.append((_ngram_f(hyp, ref, 1), _ngram_f(hyp, ref, 2), _lcs_f(hyp, ref)))
-    best = max(range(len(per_ref)), key=lambda i: (per_ref[i][0], -i))
-    out = {}
-    for k, name in enumerate(("rouge1", "rouge2", "rougeL")):
-        out[f"{name}_max"] = per_ref[best][k]
-        out[f"{name}_mean"] = sum(s[k] for s in per_ref) / len(per_ref)
-    return out
-
-
-def _cell(generations: Path, bleu: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A cell's inputs and per-input scores (every ROUGE key; BERTScore F1 where all keep it;
-    BLEU's statistics where ``bleu``, the record's settings, are ones :mod:`.bleu` implements)."""
-    key = (hashlib.sha256(generations.read_bytes()).hexdigest(), json.dumps(bleu, sort_keys=True))
-    if key not in _SCORED:  # the same outputs (a copied folder) are scored once
-        _SCORED[key] = _scored(read_jsonl(generations), bleu)
+def _scored_once(generations: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`_scored` of a generations file, once per content and settings (a copied folder's
+    outputs are not scored again)."""
+    digest = hashlib.sha256(generations.read_bytes()).hexdigest()
+    key = (digest, json.dumps(settings, sort_keys=True, default=str))
+    if key not in _SCORED:
+        _SCORED[key] = _scored(read_jsonl(generations), settings)
     return _SCORED[key]
 
 
 _SCORED: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def _scored(rows: list[dict[str, Any]], bleu: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    scores = [rouge_scores(str(r["output"]), [str(x) for x in r["references"]]) for r in rows]
+def _scored(rows: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Inputs and per-input scores: every ROUGE key (stemmed as ``settings["rouge"]`` says),
+    BERTScore F1 where every row keeps it, and BLEU's statistics and corpus score where
+    ``settings["bleu"]`` are settings :mod:`.bleu` implements."""
+    stemmer = bool((settings.get("rouge") or {}).get("use_stemmer", True))
+    scores = [
+        rouge_scores(str(r["output"]), [str(x) for x in r["references"]], stemmer) for r in rows
+    ]
     per_input = {k: [s[k] for s in scores] for k in _ROUGE}
     if rows and all("bertscore_f1" in (r.get("scores") or {}) for r in rows):
         per_input["bertscore_f1"] = [float(r["scores"]["bertscore_f1"]) for r in rows]
     out = {"inputs": [r.get("input") for r in rows], "per_input": per_input}
-    if bleu is not None and implemented(bleu):
+    bleu = settings.get("bleu")
+    if rows and bleu is not None and implemented(bleu):
         outputs, references = [str(r["output"]) for r in rows], [r["references"] for r in rows]
         stats = bleu_statistics(outputs, references, bool(bleu.get("lowercase")))
         out.update(bleu_stats=stats, bleu=bleu_from_statistics(stats.sum(0)))
     return out
 
 
-def _generations(folder: Path, cell: dict[str, Any]) -> tuple[Path, dict[str, Any] | None]:
-    """A cell's generations file and its record's BLEU settings."""
-    record = json.loads((folder / cell["job"] / "record.json").read_text("utf-8"))
+def _generations(folder: Path, cell: Mapping[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """A cell's generations file and its record's ROUGE and BLEU settings; None without a
+    readable record."""
+    path = folder / cell["job"] / "record.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text("utf-8"))
     name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    bleu = (record.get("quality") or {}).get("bleu")
-    settings = bleu.get("settings") if isinstance(bleu, dict) else None
+    settings = {}
+    for metric in ("rouge", "bleu"):
+        given = (record.get("quality") or {}).get(metric)
+        settings[metric] = given.get("settings") if isinstance(given, dict) else None
     return plain_or_gzipped(folder / cell["job"] / name), settings
 
 
-def _cells(
-    folder: Path, found: Findings, schedules: set[str] | None = None
-) -> list[dict[str, Any]]:
-    """The folder's finished cells (``cells.csv``; of ``schedules`` only, where given) with
-    their scores; a cell without readable generations is left out (the writer does too). Its
-    BLEU is counted from its outputs where :mod:`.bleu` implements the record's settings (and
-    compared with ``cells.csv``), else read from ``cells.csv``."""
-    out = []
-    with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            if row.get("status") != "ok" or row["schedule"] not in (schedules or {row["schedule"]}):
+class _Cells:
+    """The finished cells of results folders with their scores, each folder's read once per
+    check (so each cell's BLEU is compared with ``cells.csv`` once)."""
+
+    def __init__(self, found: Findings) -> None:
+        self.found, self.read = found, {}
+
+    def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
+        """``folder``'s finished cells (of ``schedules`` only, where given)."""
+        with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("status") == "ok"]
+        out = []
+        for row in rows:
+            if schedules is not None and row["schedule"] not in schedules:
                 continue
-            path, bleu = _generations(folder, row)
-            if not path.is_file():
-                continue
-            scored = _cell(path, bleu)
-            values = {k: sum(v) / len(v) for k, v in scored["per_input"].items() if v}
-            for k in ("bleu", *_SPEEDS):
+            key = (folder.resolve(), row["job"])
+            if key not in self.read:
+                self.read[key] = self._cell(folder, row)
+            if self.read[key] is not None:
+                out.append(self.read[key])
+        return out
+
+    def _cell(self, folder: Path, row: dict[str, str]) -> dict[str, Any] | None:
+        """One cell: its row, scores and figures; None (counted) without readable outputs, as
+        the writer leaves such a cell out. BLEU is counted from the outputs where
+        :mod:`.bleu` implements the record's settings (and compared with ``cells.csv``)."""
+        found = _generations(folder, row)
+        if found is None or not found[0].is_file():
+            self.found.skip("cells without a record or generations (left out, as by the writer)")
+            return None
+        scored = _scored_once(*found)
+        values: dict[str, Any] = {k: sum(v) / len(v) for k, v in scored["per_input"].items() if v}
+        for k in ("bleu", "bertscore_f1", *_SPEEDS):
+            if k not in values:
                 values[k] = float(row[k]) if row.get(k) not in (None, "") else None
-            if "bleu" in scored:
-                where = f"{folder.name}/cells.csv job {row['job']}"
-                found.compare(where, "bleu (from its outputs)", row.get("bleu"), scored["bleu"])
-            out.append({**row, **values, **scored})
-    return out
+        if "bleu" in scored:
+            where = f"{folder.name}/cells.csv job {row['job']}"
+            self.found.compare(where, "bleu (from its outputs)", row.get("bleu"), scored["bleu"])
+        else:
+            self.found.skip("cells whose BLEU settings the audit does not count (cells.csv's)")
+        return {**row, **values, **scored}
 
 
 def _bootstrap(seeds: int, n: int, per_seed: Any) -> tuple[float, float]:
@@ -226,14 +211,16 @@ def _check_deltas(row, cells: list, baseline: list, metrics: list, found: Findin
     matched = [
         c for c in cells if c["seed"] in by_seed and c["inputs"] == by_seed[c["seed"]]["inputs"]
     ]
-    if not matched:
+    if not matched:  # nothing to pair: the row must show no difference
+        for column in [c for c in row if c == "delta_seeds" or "_delta" in c or "_decided" in c]:
+            found.compare(where, column, row.get(column), None)
         return
     if "delta_seeds" in row:
         seeds = " ".join(sorted(c["seed"] for c in matched))
         found.compare(where, "delta_seeds", row.get("delta_seeds"), seeds)
     for m in metrics:
-        if f"{m}_delta" in row:
-            pairs = [(c, by_seed[c["seed"]]) for c in matched]
+        pairs = [(c, by_seed[c["seed"]]) for c in matched]
+        if f"{m}_delta" in row and all(x.get(m) is not None for pair in pairs for x in pair):
             _check_delta(row, m, pairs, found, where)
 
 
@@ -257,31 +244,46 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), _decided(intervals))
 
 
-def _check_extractive(folder: Path, found: Findings) -> None:
+def _input_keys(cell: Mapping[str, Any], references: list) -> list[str]:
+    """Each input's key as ``extractive.jsonl`` stores it: its text and references, hashed."""
+    return [
+        hashlib.sha256(json.dumps([text, refs]).encode("utf-8")).hexdigest()[:16]
+        for text, refs in zip(cell["inputs"], references, strict=True)
+    ]
+
+
+def _check_extractive(folder: Path, cells: _Cells) -> None:
     """``extractive.csv``: each reference point's outputs (``extractive.jsonl.gz``) scored here
-    against full's references, full - point over full's seeds, and full's own row."""
+    against full's references (the stored input keys must be full's), full - point over full's
+    seeds, and full's own row."""
+    found = cells.found
     with (folder / "extractive.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     points: dict[tuple, list[dict[str, Any]]] = {}
     for r in read_jsonl(plain_or_gzipped(folder / "extractive.jsonl")):
         points.setdefault((r["dataset"], r["model"], r["system"]), []).append(r)
-    cells = _cells(folder, found)
     for row in rows:
         where = f"{folder.name}/extractive.csv {row['system']}"
         fulls = [
             c
-            for c in cells
+            for c in cells.of(folder)
             if (c["method"], c["dataset"], c["model"]) == ("full", row["dataset"], row["model"])
         ]
-        if row["system"] == "full":
+        if row["system"] == "full" or not fulls:
             _check_means(row, fulls, found, where)
             continue
         stored = sorted(
-            points[(row["dataset"], row["model"], row["system"])], key=lambda r: int(r["index"])
+            points.get((row["dataset"], row["model"], row["system"]), []),
+            key=lambda r: int(r["index"]),
         )
-        path, bleu = _generations(folder, fulls[0])
+        path, settings = _generations(folder, fulls[0])
         refs = [r["references"] for r in read_jsonl(path)]
-        point = _scored([{**r, "references": x} for r, x in zip(stored, refs, strict=True)], bleu)
+        if [r.get("input_sha256") for r in stored] != _input_keys(fulls[0], refs):
+            found.differences.append(f"{where}: its kept outputs are not for full's inputs")
+            continue
+        point = _scored(
+            [{**r, "references": x} for r, x in zip(stored, refs, strict=True)], settings
+        )
         values = {k: sum(v) / len(v) for k, v in point["per_input"].items()}
         values.update({"bleu": point["bleu"]} if "bleu" in point else {})
         metrics = [m for m in values if f"{m}_delta" in row]
@@ -291,53 +293,74 @@ def _check_extractive(folder: Path, found: Findings) -> None:
         _check_deltas(row, fulls, baseline, metrics, found, where)
 
 
-def _baseline(
-    folder: Path, page: str, rows: list[dict[str, str]], cells: list, found: Findings
-) -> Any:
+def _baseline(folder: Path, kind: str, rows: list[dict[str, str]], cells: _Cells) -> Any:
     """A function from a page row to the cells its differences are taken against: full of the
     same dataset and model (``summaries.csv``), or the per-schedule folder's cells of the
-    schedule the row names (``one_model.csv``, that folder beside this one)."""
-    if page == "summaries.csv":
+    schedule the row names (a one-model page; that folder beside this one)."""
+    if kind == "summaries.csv":
         return lambda row: [
             c
-            for c in cells
+            for c in cells.of(folder)
             if row.get("method") != "full"
             and (c["method"], c["dataset"], c["model"]) == ("full", row["dataset"], row["model"])
         ]
-    against = {}
-    for name in {Path(r["against"]).name for r in rows}:
-        against[name] = _cells(folder.parent / name, found, {r["per_schedule"] for r in rows})
     return lambda row: [
         c
-        for c in against[Path(row["against"]).name]
-        if (c["dataset"], c["model"], c["schedule"])
-        == (row["dataset"], row["model"], row["per_schedule"])
+        for c in cells.of(folder.parent / Path(row["against"]).name, {row["per_schedule"]})
+        if (c["dataset"], c["model"]) == (row["dataset"], row["model"])
     ]
 
 
-def _check_page(folder: Path, page: str, found: Findings) -> None:
-    kind = page if page in _PAGES else "one_model.csv"  # one_model_<name>.csv: a second one
+def _key(kind: str, cell: Mapping[str, Any]) -> tuple:
+    return tuple(cell.get(k) or "" for k in _PAGES[kind])
+
+
+def _check_page(folder: Path, page: str, cells: _Cells) -> None:
+    """One page's rows against the cells, and no group of cells without its row."""
+    found, kind = cells.found, "summaries.csv" if page == "summaries.csv" else "one_model.csv"
     with (folder / page).open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    cells = _cells(folder, found)
-    baseline_of = _baseline(folder, kind, rows, cells, found)
+    if not rows:
+        found.differences.append(f"{folder.name}/{page}: no rows")
+        return
+    baseline_of = _baseline(folder, kind, rows, cells)
     for row in rows:
-        mine = [
-            c for c in cells if all((c.get(k) or "") == (row.get(k) or "") for k in _PAGES[kind])
-        ]
+        mine = [c for c in cells.of(folder) if _key(kind, c) == _key(kind, row)]
         where = f"{folder.name}/{page} {row.get('schedule')} ({row.get('method')})"
         baseline = baseline_of(row)
+        if not mine or (kind == "one_model.csv" and not baseline):
+            found.differences.append(f"{where}: a row without cells to compute it from")
+            continue
         if kind == "one_model.csv":
             _check_means(row, baseline, found, where, "per_schedule_")
         _check_row(row, mine, baseline, found, where)
+    shown = {_key(kind, r) for r in rows}
+    for cell in cells.of(folder):
+        compared = kind == "summaries.csv" or _same_schedule_cells(folder, rows, cell, cells)
+        if compared and _key(kind, cell) not in shown:
+            found.differences.append(
+                f"{folder.name}/{page}: no row for the cells of {_key(kind, cell)}"
+            )
+            shown.add(_key(kind, cell))
+
+
+def _same_schedule_cells(folder: Path, rows: list, cell: Mapping[str, Any], cells: _Cells) -> bool:
+    """Whether the page's per-schedule folder has cells of ``cell``'s schedule (so the page
+    owes it a row)."""
+    against = folder.parent / Path(rows[0]["against"]).name
+    return any(
+        (c["dataset"], c["model"]) == (cell["dataset"], cell["model"])
+        for c in cells.of(against, {cell["schedule"]})
+    )
 
 
 def check_summaries(results: Path) -> Findings:
-    """Every ``summaries.csv``, ``one_model.csv`` and ``extractive.csv`` under ``results``."""
-    found = Findings("summary pages from generations")
-    for page in _PAGES:  # one_model.csv and any second one-model page (one_model_*.csv)
-        for path in sorted(results.glob(f"*/{page.replace('.csv', '*.csv')}")):
-            _check_page(path.parent, path.name, found)
+    """Every ``summaries.csv``, one-model page (``one_model*.csv``) and ``extractive.csv``
+    under ``results``."""
+    cells = _Cells(Findings("summary pages from generations"))
+    pages = [*results.glob("*/summaries.csv"), *results.glob("*/one_model*.csv")]
+    for path in sorted(pages):
+        _check_page(path.parent, path.name, cells)
     for path in sorted(results.glob("*/extractive.csv")):
-        _check_extractive(path.parent, found)
-    return found
+        _check_extractive(path.parent, cells)
+    return cells.found

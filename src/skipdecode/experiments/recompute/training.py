@@ -26,6 +26,8 @@ _COLUMNS = ("plan GiB", "reserved GiB", "allocated GiB", "plan / reserved", "ste
 def _page_rows(path: Path) -> dict[str, dict[str, str]]:
     """The page's table: run name -> {column: printed cell}."""
     lines = [x for x in path.read_text(encoding="utf-8").splitlines() if x.startswith("| ")]
+    if not lines:
+        return {}
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     rows = {}
     for line in lines[1:]:
@@ -59,7 +61,7 @@ def _expected(run: Path, record: dict[str, Any], found: Findings) -> dict[str, s
     for column, key in (("train loss", "train/loss"), ("val loss", "val/loss")):
         value = _last_logged(run, key)
         if value is None:
-            found.skip("training runs without a csv log")
+            found.skip(f"training runs whose csv log has no {key}")
         else:
             out[column] = f"{value:.4f}"
     return out
@@ -71,7 +73,10 @@ def check_training(results: Path) -> Findings:
     if not (results / PAGE).is_file():
         return found
     page = _page_rows(results / PAGE)
-    for run in sorted(p.parent for p in (results / "training").glob("*/metrics.json")):
+    runs = sorted(p.parent for p in (results / "training").glob("*/metrics.json"))
+    for name in sorted(set(page) - {run.name for run in runs}):
+        found.differences.append(f"{PAGE}: row {name} has no run with a metrics.json")
+    for run in runs:
         record = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
         if run.name not in page:
             found.differences.append(f"{PAGE}: run {run.name} is not on the page")

@@ -89,8 +89,7 @@ def one_model_rows(
         for m in (*COMPARED, *SPEEDS):
             row[m] = mean_ci95([c.get(m) for c in cells])
             row[f"per_schedule_{m}"] = mean_ci95([c.get(m) for c in own])
-        if own:
-            row.update(paired_deltas(cells, {str(c.get("seed")): c for c in own}))
+        row.update(paired_deltas(cells, {str(c.get("seed")): c for c in own}))
         rows.append(row)
     order = {"full": 0}
     return sorted(rows, key=lambda r: (order.get(str(r["schedule"]), 1), str(r["schedule"])))
@@ -121,7 +120,10 @@ def training_steps(cells: Sequence[Mapping[str, Any]]) -> str:
             r"step(\d+)\.ckpt$", str((record.get("train_meta") or {}).get("checkpoint"))
         )
         steps.add(int(found.group(1)) if found else "?")
-    return " ".join(str(x) for x in sorted(steps, key=str)) or "-"
+    return (
+        " ".join(str(x) for x in sorted(steps, key=lambda x: (x == "?", x if x != "?" else 0)))
+        or "-"
+    )
 
 
 def format_page(rows: Sequence[Mapping[str, Any]], command: str, steps: tuple[str, str]) -> str:
@@ -207,7 +209,7 @@ def write_one_model(
         + "".join(f" --pair {k}={v}" for k, v in sorted(pairs.items()))
         + ("" if page == ONE_MODEL else f" --page {page}")
     )
-    compared = {(c.get("dataset"), c.get("model"), r["per_schedule"]) for r in rows for c in own}
+    compared = {(r["dataset"], r["model"], r["per_schedule"]) for r in rows}
     against_cells = [c for c in per_schedule if tuple(c.get(k) for k in _KEY) in compared]
     steps = (training_steps(own), training_steps(against_cells))
     paths = {"md": folder / f"{page}.md", "csv": folder / f"{page}.csv"}
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--pair: {pair!r}; allowed: SCHEDULE=AGAINST, two schedule names")
         pairs[schedule] = other
     written = write_one_model(args.folder, args.against, pairs=pairs, page=args.page)
-    print(written["md"] if written else f"{args.folder}: no finished cells")
+    print(written["md"] if written else f"{args.folder}: no schedule with cells on both sides")
 
 
 if __name__ == "__main__":

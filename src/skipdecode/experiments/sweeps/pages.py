@@ -112,6 +112,8 @@ def _one_model(folder: Path) -> str:
     root = folder.resolve().parent.parent  # the repository: the page names its folders from it
     for page in pages:
         against = against_of(folder, page)
+        if against is None:
+            raise ValueError(f"{folder / page}.csv has no rows: it names no per-schedule folder")
         write_one_model(folder, root / against, label=against, page=page)
     return "one model" + (f" ({len(pages)} pages)" if len(pages) > 1 else "")
 
