@@ -1,9 +1,9 @@
 #!/bin/bash
 # Pretrained weights for a lent GPU machine, in parts that fit its transfers.
 #
-# A device call carries at most 64 MiB, the tracked tree (about 34 MiB) included, so SmolLM2's GGUF
-# (89 MB, the smallest exact source of its weights) goes in parts over consecutive calls on the
-# warm machine, which keeps what earlier calls carried. Here:
+# A device call carries at most 64 MiB, the tree it copies included, so SmolLM2's GGUF (98.4 MB,
+# the smallest exact source of its weights) goes in parts over consecutive calls on the warm
+# machine, which keeps what earlier calls carried. Here:
 #
 #   bash scripts/device_weights.sh pack [smollm2|gemma3]     # PART_MIB: see below
 #
@@ -12,8 +12,8 @@
 # untracked-but-not-ignored files and .whl/ and .device/ (which ride with part-00), less 1 MiB,
 # so the parts shrink as results/ grows)
 # and SHA256 (the whole file's digest and its name). Each call names one part in `carry`
-# (`.gguf/smollm2/part-00` with .whl and .device in the first call, then part-01, then part-02
-# and SHA256), so no call carries more than the tree and one part. On the device, after the last:
+# (`.gguf/smollm2/part-00` with .whl and .device in the first call, then each next part, the
+# last with SHA256), so no call carries more than the tree and one part. On the device, after the last:
 #
 #   bash scripts/device_weights.sh unpack smollm2            # PY=python3 (default there)
 #
@@ -24,7 +24,8 @@
 # converts into <scratch>; tests/test_device_weights.py does it and compares the weights).
 set -euo pipefail
 mode=${1:?usage: device_weights.sh pack|unpack [smollm2|gemma3]}
-if root=$(git rev-parse --show-toplevel 2>/dev/null); then cd "$root"; fi  # .gguf/ at the root
+root=$(git rev-parse --show-toplevel 2>/dev/null || true)  # empty outside a git checkout
+if [ -n "$root" ]; then cd "$root"; fi  # .gguf/ at the root
 asset=${2:-smollm2}
 PY=${PY:-python3}
 dir=.gguf/$asset
@@ -36,7 +37,7 @@ esac
 if [ "$mode" = pack ]; then
   PY=${PY_HERE:-.venv/bin/python}
   if [ -z "${PART_MIB:-}" ]; then  # the room a call leaves beside the tree and the kit
-    if git rev-parse --show-toplevel > /dev/null 2>&1; then
+    if [ -n "$root" ]; then
       # du leaves out (and complains of) tracked files deleted from the checkout
       tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1 || true)
       kit=$(du -cb .whl .device 2>/dev/null | tail -1 | cut -f1 || true)

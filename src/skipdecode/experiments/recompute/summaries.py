@@ -99,18 +99,20 @@ def _generations(folder: Path, cell: Mapping[str, Any]) -> tuple[Path, dict[str,
 
 
 class _Cells:
-    """The finished cells of results folders with their scores, each folder's read once per
-    check (so each cell's BLEU is compared with ``cells.csv`` once)."""
+    """The finished cells of results folders with their scores: each folder's ``cells.csv`` is
+    read, and each cell scored, once per check (so each cell's BLEU is compared once)."""
 
     def __init__(self, found: Findings) -> None:
-        self.found, self.read = found, {}
+        self.found, self.rows, self.read = found, {}, {}
 
     def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
         """``folder``'s finished cells (of ``schedules`` only, where given)."""
-        with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("status") == "ok"]
+        if folder.resolve() not in self.rows:
+            with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
+                ok = [r for r in csv.DictReader(f) if r.get("status") == "ok"]
+            self.rows[folder.resolve()] = ok
         out = []
-        for row in rows:
+        for row in self.rows[folder.resolve()]:
             if schedules is not None and row["schedule"] not in schedules:
                 continue
             key = (folder.resolve(), row["job"])

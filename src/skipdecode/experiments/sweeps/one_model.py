@@ -67,10 +67,9 @@ def one_model_rows(
     pairs: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per schedule the randomized model was decoded under and the per-schedule folder
-    has cells for (module doc); ``randomized``
-    and ``per_schedule`` are :func:`~.summaries.summary_cells` of the two folders; ``pairs``
-    compares a schedule with another's per-schedule cells (a searched schedule against
-    ``target_2x``, say), by name."""
+    has cells for (module doc); ``randomized`` and ``per_schedule`` are
+    :func:`~.summaries.summary_cells` of the two folders; ``pairs`` compares a schedule with
+    another's per-schedule cells (a searched schedule against ``target_2x``, say), by name."""
     pairs = pairs or {}
     rows = []
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
@@ -113,17 +112,17 @@ def primary_metric(rows: Sequence[Mapping[str, Any]]) -> str:
 def training_steps(cells: Sequence[Mapping[str, Any]]) -> str:
     """The training steps of the checkpoints ``cells`` decoded (their records' ``train_meta``),
     each once: "160", "31", "40 160"; "?" where a record does not say."""
-    steps = set()
+    steps, unknown = set(), False
     for cell in cells:
         record = read_json_or_none(cell.get("record") or "") or {}
         found = re.search(
             r"step(\d+)\.ckpt$", str((record.get("train_meta") or {}).get("checkpoint"))
         )
-        steps.add(int(found.group(1)) if found else "?")
-    return (
-        " ".join(str(x) for x in sorted(steps, key=lambda x: (x == "?", x if x != "?" else 0)))
-        or "-"
-    )
+        if found:
+            steps.add(int(found.group(1)))
+        else:
+            unknown = True
+    return " ".join([*map(str, sorted(steps)), *(["?"] if unknown else [])]) or "-"
 
 
 def format_page(rows: Sequence[Mapping[str, Any]], command: str, steps: tuple[str, str]) -> str:
