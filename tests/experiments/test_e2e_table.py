@@ -68,3 +68,9 @@ def test_rows_carry_seed_intervals_and_per_seed_deltas_against_full():
     assert f"{mean:.2f} [{low:.2f}, {high:.2f}]" in lines[0]
     for name, *_ in e2e_table.PUBLISHED_SYSTEMS:
         assert name in text
+    # every metric's per-seed difference, in the second table (full has none)
+    (row,) = [line for line in lines[2:] if "target_2x" in line]
+    mean, low, high = mean_ci95([-9.0, -7.0, -10.0])
+    assert row.startswith("| m | target_2x | 1 2 3 | ")
+    assert row.count(f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]") == 3  # BLEU, METEOR, ROUGE-L
+    assert row.count(f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]") == 2  # NIST, CIDEr

@@ -11,6 +11,7 @@ from typing import Any
 from .bench import check_bench
 from .findings import Findings
 from .provenance import check_provenance
+from .quotes import check_quotes
 from .speeds import check_speeds
 from .summaries import check_summaries
 from .tables import check_tables
@@ -37,6 +38,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_summaries(results),
         check_bench(results),
         check_training(results),
+        check_quotes(results, root),
     ]
 
 

@@ -4,7 +4,8 @@ For every finished E2E cell of a results folder (published, or a sweep's output 
 suite of :mod:`skipdecode.evaluation.metrics.e2e` (BLEU, NIST, METEOR, ROUGE-L, CIDEr as
 the challenge's script computes them) on the cell's committed generations; per results row the
 mean over seeds with its 95% t-interval (training-seed variation: no interval with one seed) and
-the per-seed difference from ``full`` of the same seed with its t-interval. Writes
+the per-seed difference from ``full`` of the same seed with its t-interval (BLEU's beside the
+scores, every metric's in a second table). Writes
 ``e2e_suite.csv`` (one line per cell) and ``e2e_suite.md`` into the folder, each whole or not at
 all. A cell's scores are cached by the hash of its outputs and references (METEOR takes ~10 s a
 cell on 2 cores).
@@ -120,6 +121,9 @@ def _groups(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         }
         row: dict[str, Any] = dict(zip(SEED_GROUP, key, strict=True))
         row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in seeds))
+        row["paired"] = " ".join(
+            sorted(str(c.get("seed")) for c in seeds if str(c.get("seed")) in full)
+        )
         for m in _KEYS:
             row[m] = mean_ci95([c[m] for c in seeds])
             deltas = [
@@ -159,6 +163,22 @@ def format_e2e_suite(cells: Sequence[Mapping[str, Any]]) -> str:
             + " | ".join(values)
             + f" | {delta} |"
         )
+    lines += [
+        "",
+        "Difference from full of the same seed, every metric: mean over the seeds both have "
+        "[95% t-interval over the per-seed differences; none with one seed].",
+        "",
+        "| model | schedule | paired seeds | " + " | ".join(f"Δ{label}" for label in labels) + " |",
+        "|---|---|---|" + "---|" * len(labels),
+    ]
+    for row in _groups(cells):
+        if row["method"] != "full":
+            deltas = [_fmt(row[f"{m}_delta"], _DIGITS[m], sign=True) for m in _KEYS]
+            lines.append(
+                f"| {row['model']} | {row['schedule']} | {row['paired']} | "
+                + " | ".join(deltas)
+                + " |"
+            )
     lines += [
         "",
         "Published systems on the same test set (trained on E2E's 42k-pair training split with "

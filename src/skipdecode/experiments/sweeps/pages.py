@@ -25,8 +25,8 @@ then ``results/PROVENANCE.md`` and the provenance mark on the page of each recor
 no diff (:mod:`.audit`), the GPU decode page
 (:mod:`~skipdecode.experiments.benchmarks.gpu_page`), the cost-split pages of the CPU decode
 records (:mod:`~skipdecode.experiments.benchmarks.split_page`), the GPU training page
-(:mod:`~skipdecode.experiments.benchmarks.gpu_train_page`) and README's generated tables
-(:mod:`.readme`). A part that cannot run here (no Java, no
+(:mod:`~skipdecode.experiments.benchmarks.gpu_train_page`), README's generated tables
+(:mod:`.readme`) and the tables README and ``docs/`` copy from these pages (:mod:`.excerpts`). A part that cannot run here (no Java, no
 tokenizer) is skipped and said, never half-written. On a clean clone the committed pages are
 what this writes, so it leaves git clean; prose around the tables lives in ``docs/`` and cites
 these pages.
@@ -46,6 +46,7 @@ from ..benchmarks.gpu_train_page import write_train_page
 from ..benchmarks.split_page import write_split_pages
 from .aggregate import aggregate
 from .audit import AUDIT_PAGE, write_audit
+from .excerpts import write_excerpts
 from .readme import write_readme
 from .summaries import write_summaries
 
@@ -162,9 +163,14 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
     train = write_train_page(results)
     if train:
         done.append(train)
-    readme = results.resolve().parent / "README.md"
+    root = results.resolve().parent
+    readme = root / "README.md"
     if readme.is_file():
         done.append(write_readme(readme, results))
+    for document in [readme, *sorted((root / "docs").glob("*.md"))]:
+        written = write_excerpts(document, root) if document.is_file() else None
+        if written:
+            done.append(written)
     return done
 
 
