@@ -254,3 +254,31 @@ def test_a_training_page_cell_that_its_run_does_not_give_is_caught(tmp_path):
     assert (
         len(differences) == 1 and "shard-gpu-smollm2: plan GiB '4.30' != '4.31'" in differences[0]
     )
+
+
+def test_a_reach_page_that_its_records_do_not_give_is_caught(folder):
+    reach_csv = folder / "e2e_gemma3" / "reach.csv"
+    _edit_csv(reach_csv, 1, "reached", "1.9")
+    found = _differences(folder)
+    assert found and "reach.csv job 1: reached '1.9'" in found[0]
+
+
+def test_a_reach_row_missing_or_misprinted_is_caught(folder):
+    page = folder / "e2e_gemma3" / "reach.md"
+    page.write_text(page.read_text().replace("| 2.15x |", "| 2.16x |", 1))
+    lines = (folder / "e2e_gemma3" / "reach.csv").read_text().splitlines(keepends=True)
+    (folder / "e2e_gemma3" / "reach.csv").write_text("".join(lines[:1] + lines[2:]))
+    found = _differences(folder)
+    assert any("reach.csv: no row for finished cell 0" in d for d in found)
+    assert any("reach.md" in d for d in found)
+
+
+def test_a_planned_speedup_that_the_budgets_do_not_give_is_caught(folder):
+    from skipdecode.experiments.recompute.reach import check_reach
+
+    if check_reach(folder).skipped:
+        pytest.skip("Gemma 3's tokenizer is not on this machine (make gemma3)")
+    _edit_csv(folder / "e2e_gemma3" / "reach.csv", 1, "planned", "2.08")
+    _edit_csv(folder / "e2e_gemma3" / "reach.csv", 1, "test_references", "2.1541")
+    found = [d for d in check_reach(folder).differences if "reach.csv" in d]
+    assert [d.split(":")[1].split("'")[0].strip() for d in found] == ["planned", "test_references"]

@@ -1,0 +1,129 @@
+"""``reach.csv`` and ``reach.md`` (target, planned and reached speedup) recomputed per cell.
+
+From the records alone: a row for every finished cell and none without; its target (the cell's
+``target_speedup``), reached speedup and generated length (the record's summary), and a
+calibrated schedule's plan (its record's calibration). With the model's tokenizer (``make
+smollm2 gemma3``; otherwise counted as skipped): the mean test reference length, and a static
+budget's planned and test-reference speedups, ``L x passes / layers`` with the layers summed here
+from the schedule's per-step budgets (a sequence of ``n`` tokens makes ``n - 1`` decode passes;
+pass ``g`` runs ``budget(g)`` layers). The lengths are counted as the page counts them (the same
+data loader and tokenizer: counting tokens is not arithmetic to redo). Every ``reach.md`` cell
+against ``reach.csv`` at its printed digits.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from ...models.loading import ModelConfigError
+from ...schedules import build_schedule
+from ..sweeps import reach as page
+from .findings import Findings
+
+__all__ = ["check_reach"]
+
+_SPEEDS = ("target", "planned", "test_references", "reached")
+_LENGTHS = ("reference_tokens", "generated_tokens")
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _speedup(budget: Any, num_layers: int, lengths: tuple[int, ...]) -> float:
+    passes = [max(0, n - 1) for n in lengths]
+    per_pass = [budget(g) for g in range(max(passes))]
+    layers = sum(sum(per_pass[:n]) for n in passes)
+    return num_layers * sum(passes) / layers
+
+
+def _finished(folder: Path) -> dict[str, dict[str, Any]]:
+    cells = {}
+    for path in sorted(folder.glob("*/cell.json")):
+        cell = json.loads(path.read_text(encoding="utf-8"))
+        if cell.get("status") == "ok" and cell.get("record"):
+            record = path.parent / str(cell["record"])
+            cells[path.parent.name] = {**cell, "record": record}
+    return cells
+
+
+def _lengths(f: Findings, row: dict[str, str], record: dict, split: str, limit: Any) -> Any:
+    dataset = tuple(sorted(page._dataset(record).items()))
+    try:
+        return page._lengths(row["model"], dataset, split, limit)
+    except (ModelConfigError, OSError, ValueError) as e:
+        f.skip(f"reach rows whose lengths cannot be counted here ({type(e).__name__})")
+        return None
+
+
+def _check_row(f: Findings, where: str, row: dict[str, str], cell: dict[str, Any]) -> None:
+    record = json.loads(Path(cell["record"]).read_text(encoding="utf-8"))
+    summary = record["summary"]
+    f.compare(where, "target", row["target"], cell.get("target_speedup"))
+    f.compare(where, "reached", row["reached"], summary.get("theoretical_speedup"))
+    f.compare(
+        where, "generated_tokens", row["generated_tokens"], summary.get("mean_generated_length")
+    )
+    desc = dict(record["schedule"])
+    calibration = desc.get("calibration")
+    if calibration:
+        f.compare(where, "planned", row["planned"], calibration.get("theoretical_speedup"))
+        planned_on = f"{calibration.get('num_inputs')} {calibration.get('split')} inputs"
+        f.compare(where, "planned_on", row["planned_on"], planned_on)
+    scored = record.get("dataset") or {}
+    test = _lengths(f, row, record, str(scored.get("split") or "test"), scored.get("limit"))
+    if test is None:
+        return
+    f.compare(where, "reference_tokens", row["reference_tokens"], sum(test) / len(test))
+    schedule = None if calibration else build_schedule(desc, int(desc["num_layers"])).static()
+    if schedule is None:
+        return
+    validation = _lengths(f, row, record, "validation", None)
+    if validation is None:
+        return
+    layers = schedule.num_layers
+    f.compare(where, "planned", row["planned"], _speedup(schedule.budget, layers, validation))
+    f.compare(where, "planned_on", row["planned_on"], f"{len(validation)} validation targets")
+    f.compare(
+        where, "test_references", row["test_references"], _speedup(schedule.budget, layers, test)
+    )
+
+
+def _printed(f: Findings, folder: Path, rows: list[dict[str, str]]) -> None:
+    lines = [ln for ln in (folder / "reach.md").read_text(encoding="utf-8").splitlines()]
+    body = [ln for ln in lines[2:] if ln.startswith("|")]
+    if len(body) != len(rows):
+        f.differences.append(f"{folder.name}/reach.md: {len(body)} rows, reach.csv {len(rows)}")
+        return
+    for line, row in zip(body, rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        speed = {k: (f"{float(row[k]):.2f}x" if row[k] else "") for k in _SPEEDS}
+        length = {k: (f"{float(row[k]):.1f}" if row[k] else "") for k in _LENGTHS}
+        expected = [
+            row["job"], row["schedule"], row["method"], row["seed"], speed["target"],
+            speed["planned"], row["planned_on"], speed["test_references"], speed["reached"],
+            length["reference_tokens"], length["generated_tokens"],
+        ]  # fmt: skip
+        for got, want in zip(cells, expected):
+            f.compare(f"{folder.name}/reach.md job {row['job']}", "cell", got, want)
+
+
+def check_reach(results: Path) -> Findings:
+    f = Findings("reach pages from records")
+    for path in sorted(results.glob("*/reach.csv")):
+        folder = path.parent
+        rows, cells = _csv(path), _finished(folder)
+        for job in sorted(set(cells) - {r["job"] for r in rows}):
+            f.differences.append(f"{folder.name}/reach.csv: no row for finished cell {job}")
+        for row in rows:
+            where = f"{folder.name}/reach.csv job {row['job']}"
+            if row["job"] not in cells:
+                f.differences.append(f"{where}: no finished cell")
+                continue
+            _check_row(f, where, row, cells[row["job"]])
+        _printed(f, folder, rows)
+    return f
