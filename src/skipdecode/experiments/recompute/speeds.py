@@ -83,6 +83,9 @@ def check_speeds(records: list[tuple[Path, Mapping[str, Any]]]) -> Findings:
     for path, record in records:
         speed = record.get("speed") or {}
         raw = speed.get("raw")
+        if not raw and speed.get("measured_speedup_decode") is None:
+            found.skip("evaluation records that publish no measured speedup (not timed)")
+            continue
         if not raw:
             found.skip("evaluation records without raw timings (written before they were kept)")
             continue
