@@ -263,14 +263,24 @@ def test_a_reach_page_that_its_records_do_not_give_is_caught(folder):
     assert found and "reach.csv job 1: reached '1.9'" in found[0]
 
 
-def test_a_reach_row_missing_or_misprinted_is_caught(folder):
-    page = folder / "e2e_gemma3" / "reach.md"
-    page.write_text(page.read_text().replace("| 2.15x |", "| 2.16x |", 1))
+def test_a_reach_row_missing_is_caught(folder):
     lines = (folder / "e2e_gemma3" / "reach.csv").read_text().splitlines(keepends=True)
     (folder / "e2e_gemma3" / "reach.csv").write_text("".join(lines[:1] + lines[2:]))
     found = _differences(folder)
-    assert any("reach.csv: no row for finished cell 0" in d for d in found)
-    assert any("reach.md" in d for d in found)
+    assert "e2e_gemma3/reach.csv: no row for finished cell 0" in found
+    assert "e2e_gemma3/reach.md: 7 rows, reach.csv 6" in found
+
+
+def test_a_misprinted_reach_cell_or_a_planted_plan_is_caught(folder):
+    page = folder / "e2e_gemma3" / "reach.md"
+    page.write_text(page.read_text().replace("| 2.15x |", "| 2.16x |", 1))
+    assert _differences(folder) == ["e2e_gemma3/reach.md job 1: cell '2.16x' != '2.15x'"]
+    lossless = [r for r in csv.DictReader((folder / "e2e_gemma3" / "reach.csv").open())]
+    row = next(i for i, r in enumerate(lossless) if r["method"] == "speculative")
+    _edit_csv(folder / "e2e_gemma3" / "reach.csv", row, "planned", "1.5")
+    assert any(
+        f"job {lossless[row]['job']}: planned '1.5' != ''" in d for d in _differences(folder)
+    )
 
 
 def test_a_planned_speedup_that_the_budgets_do_not_give_is_caught(folder):

@@ -3,11 +3,17 @@
 - Each generated block (README's named tables, :mod:`~skipdecode.experiments.sweeps.readme`, and
   every excerpt, :mod:`~skipdecode.experiments.sweeps.excerpts`) must hold, cell for cell, what
   its page gives now: the pages' own numbers are recomputed from the records by the other checks.
-- Outside the blocks, every interval the prose quotes (``[a, b]``), with the point estimate that
-  stands right before it (``-0.81 [-1.66, +0.03]``), must be printed on a committed page under
-  ``results/`` (Markdown or CSV). Minus signs are compared as ``-`` and a ``+`` before a digit is
-  dropped, so ``−0.81`` matches ``-0.81`` and ``+1.21`` matches ``1.21``; anything else must be
-  the page's text, digits included.
+- Outside the blocks, every interval the prose quotes (``[a, b]``), with the decimal point
+  estimate that stands right before it (``-0.81 [-1.66, +0.03]``), must be one a page under
+  ``results/`` prints (Markdown or CSV): the same whole quote, point estimate included (an
+  interval quoted alone must be printed as an interval). A ``−`` is read as ``-`` and a ``+``
+  before a digit as nothing (pages print ``+1.21`` and ``1.21`` for the same number), so a
+  flipped sign on a negative number, a digit more or less, or another rounding differs.
+- Every marker is checked too: a block name README does not know, a block or excerpt without
+  its end, is a difference (it would hide the prose after it).
+
+The expected blocks come from the writers' own functions (copying a page's cells is not
+arithmetic to redo); the numbers in them are the pages', which the other checks recompute.
 """
 
 from __future__ import annotations
@@ -37,9 +43,15 @@ def _normal(text: str) -> str:
     return re.sub(r"\+(?=\d)", "", text.replace("\u2212", "-"))
 
 
-def _pages_text(results: Path) -> str:
-    pages = sorted(p for p in results.rglob("*") if p.suffix in (".md", ".csv") and p.is_file())
-    return "\n".join(_normal(p.read_text(encoding="utf-8", errors="replace")) for p in pages)
+def _printed_quotes(results: Path) -> set[str]:
+    """Every quote the pages print, whole and as its bare interval, signs read as :func:`_normal`."""
+    quotes: set[str] = set()
+    for page in sorted(results.rglob("*")):
+        if page.suffix in (".md", ".csv") and page.is_file():
+            for match in QUOTE.finditer(page.read_text(encoding="utf-8", errors="replace")):
+                quotes.add(_normal(match.group(0)))
+                quotes.add(_normal(match.group(0)[match.group(0).index("[") :]))
+    return quotes
 
 
 def _compare_table(f: Findings, where: str, published: str, expected: str) -> None:
@@ -57,6 +69,25 @@ def _compare_table(f: Findings, where: str, published: str, expected: str) -> No
             f.compare(f"{where} line {i + 1}", "cell", x.strip(), y.strip())
 
 
+def _check_markers(f: Findings, name: str, text: str) -> None:
+    """Every generated-block marker names a known block and is closed before the next."""
+    open_at = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(_BLOCK_START):
+            block = line[len(_BLOCK_START) :].removesuffix("-->").strip()
+            if not block.startswith("excerpt ") and block not in BLOCKS:
+                f.differences.append(f"{name}:{number}: no generated block is called {block!r}")
+            if open_at is not None:
+                f.differences.append(f"{name}:{open_at}: a generated block without its end")
+            open_at = number
+        elif line.startswith(_BLOCK_END):
+            if open_at is None:
+                f.differences.append(f"{name}:{number}: an end marker without its block")
+            open_at = None
+    if open_at is not None:
+        f.differences.append(f"{name}:{open_at}: a generated block without its end")
+
+
 def _check_blocks(f: Findings, name: str, text: str, results: Path, root: Path) -> None:
     for block, content in readme_blocks(text).items():
         expected = BLOCKS[block](results)
@@ -64,7 +95,12 @@ def _check_blocks(f: Findings, name: str, text: str, results: Path, root: Path) 
             f.differences.append(f"{name}: block {block!r} has no page to come from")
         else:
             _compare_table(f, f"{name} block {block}", content, expected)
-    for spec, content in excerpt_blocks(text):
+    try:
+        blocks = excerpt_blocks(text)
+    except ValueError as e:
+        f.differences.append(f"{name}: {e}")
+        return
+    for spec, content in blocks:
         try:
             expected = render(parse_spec(spec), root)
         except ValueError as e:
@@ -73,7 +109,7 @@ def _check_blocks(f: Findings, name: str, text: str, results: Path, root: Path) 
         _compare_table(f, f"{name} excerpt of {spec.split(':')[0]}", content, expected)
 
 
-def _check_prose(f: Findings, name: str, text: str, pages: str) -> None:
+def _check_prose(f: Findings, name: str, text: str, pages: set[str]) -> None:
     inside = False
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith(_BLOCK_START):
@@ -93,10 +129,13 @@ def _check_prose(f: Findings, name: str, text: str, pages: str) -> None:
 def check_quotes(results: Path, root: Path) -> Findings:
     """README's and ``docs/``'s generated blocks and quoted intervals against the pages."""
     f = Findings("quoted in README and docs/")
-    pages = _pages_text(results)
+    if not (root / "README.md").is_file():
+        f.skip("no README.md beside the results folder: no document to check")
+    pages = _printed_quotes(results)
     for document in documents(root):
         name = str(document.relative_to(root))
         text = document.read_text(encoding="utf-8")
+        _check_markers(f, name, text)
         _check_blocks(f, name, text, results, root)
         _check_prose(f, name, text, pages)
     return f

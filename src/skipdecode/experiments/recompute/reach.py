@@ -1,8 +1,9 @@
 """``reach.csv`` and ``reach.md`` (target, planned and reached speedup) recomputed per cell.
 
-From the records alone: a row for every finished cell and none without; its target (the cell's
-``target_speedup``), reached speedup and generated length (the record's summary), and a
-calibrated schedule's plan (its record's calibration). With the model's tokenizer (``make
+From the records alone: a row for every finished cell and none without; its labels and target
+(the cell's), reached speedup and generated length (the record's summary), a calibrated
+schedule's plan (its record's calibration), and empty plan cells where nothing is planned over
+lengths (the lossless mode; test references of a calibrated schedule). With the model's tokenizer (``make
 smollm2 gemma3``; otherwise counted as skipped): the mean test reference length, and a static
 budget's planned and test-reference speedups, ``L x passes / layers`` with the layers summed here
 from the schedule's per-step budgets (a sequence of ``n`` tokens makes ``n - 1`` decode passes;
@@ -14,17 +15,21 @@ against ``reach.csv`` at its printed digits.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
+from ...io import read_json_or_none
 from ...models.loading import ModelConfigError
 from ...schedules import build_schedule
-from ..sweeps import reach as page
+from ..sweeps import reach as writer
 from .findings import Findings
 
 __all__ = ["check_reach"]
 
+_HEADER = (
+    "job", "schedule", "method", "seed", "target", "planned", "planned on", "test refs",
+    "reached", "ref. tokens", "gen. tokens",
+)  # fmt: skip
 _SPEEDS = ("target", "planned", "test_references", "reached")
 _LENGTHS = ("reference_tokens", "generated_tokens")
 
@@ -34,8 +39,10 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _speedup(budget: Any, num_layers: int, lengths: tuple[int, ...]) -> float:
+def _speedup(budget: Any, num_layers: int, lengths: tuple[int, ...]) -> float | None:
     passes = [max(0, n - 1) for n in lengths]
+    if sum(passes) == 0:
+        return None  # no decode pass to count (the writer refuses such lengths)
     per_pass = [budget(g) for g in range(max(passes))]
     layers = sum(sum(per_pass[:n]) for n in passes)
     return num_layers * sum(passes) / layers
@@ -44,25 +51,32 @@ def _speedup(budget: Any, num_layers: int, lengths: tuple[int, ...]) -> float:
 def _finished(folder: Path) -> dict[str, dict[str, Any]]:
     cells = {}
     for path in sorted(folder.glob("*/cell.json")):
-        cell = json.loads(path.read_text(encoding="utf-8"))
+        cell = read_json_or_none(path) or {}
         if cell.get("status") == "ok" and cell.get("record"):
             record = path.parent / str(cell["record"])
             cells[path.parent.name] = {**cell, "record": record}
     return cells
 
 
-def _lengths(f: Findings, row: dict[str, str], record: dict, split: str, limit: Any) -> Any:
-    dataset = tuple(sorted(page._dataset(record).items()))
+def _lengths(f: Findings, model: str, record: dict, split: str, limit: Any) -> Any:
     try:
-        return page._lengths(row["model"], dataset, split, limit)
-    except (ModelConfigError, OSError, ValueError) as e:
-        f.skip(f"reach rows whose lengths cannot be counted here ({type(e).__name__})")
+        dataset = tuple(sorted(writer._dataset(record).items()))
+        return writer._lengths(model, dataset, split, limit)
+    except (ModelConfigError, OSError) as e:  # no tokenizer or data on this machine
+        f.skip(
+            f"reach rows of {model} whose lengths cannot be counted here: {str(e).splitlines()[0]}"
+        )
         return None
 
 
 def _check_row(f: Findings, where: str, row: dict[str, str], cell: dict[str, Any]) -> None:
-    record = json.loads(Path(cell["record"]).read_text(encoding="utf-8"))
+    record = read_json_or_none(Path(cell["record"]))
+    if not isinstance(record, dict) or "summary" not in record:
+        f.differences.append(f"{where}: its record {cell['record']} cannot be read")
+        return
     summary = record["summary"]
+    for label in ("model", "schedule", "method", "seed"):
+        f.compare(where, label, row[label], cell.get(label))
     f.compare(where, "target", row["target"], cell.get("target_speedup"))
     f.compare(where, "reached", row["reached"], summary.get("theoretical_speedup"))
     f.compare(
@@ -74,16 +88,21 @@ def _check_row(f: Findings, where: str, row: dict[str, str], cell: dict[str, Any
         f.compare(where, "planned", row["planned"], calibration.get("theoretical_speedup"))
         planned_on = f"{calibration.get('num_inputs')} {calibration.get('split')} inputs"
         f.compare(where, "planned_on", row["planned_on"], planned_on)
+    schedule = None if calibration else build_schedule(desc, int(desc["num_layers"])).static()
+    if schedule is None:  # nothing planned over lengths: those cells stay empty
+        empty = (
+            ("test_references",) if calibration else ("planned", "planned_on", "test_references")
+        )
+        for column in empty:
+            f.compare(where, column, row[column], "")
+    model = str(cell.get("model"))
     scored = record.get("dataset") or {}
-    test = _lengths(f, row, record, str(scored.get("split") or "test"), scored.get("limit"))
+    test = _lengths(f, model, record, str(scored.get("split") or "test"), scored.get("limit"))
     if test is None:
         return
     f.compare(where, "reference_tokens", row["reference_tokens"], sum(test) / len(test))
-    schedule = None if calibration else build_schedule(desc, int(desc["num_layers"])).static()
-    if schedule is None:
-        return
-    validation = _lengths(f, row, record, "validation", None)
-    if validation is None:
+    validation = None if schedule is None else _lengths(f, model, record, "validation", None)
+    if schedule is None or validation is None:
         return
     layers = schedule.num_layers
     f.compare(where, "planned", row["planned"], _speedup(schedule.budget, layers, validation))
@@ -94,7 +113,13 @@ def _check_row(f: Findings, where: str, row: dict[str, str], cell: dict[str, Any
 
 
 def _printed(f: Findings, folder: Path, rows: list[dict[str, str]]) -> None:
-    lines = [ln for ln in (folder / "reach.md").read_text(encoding="utf-8").splitlines()]
+    if not (folder / "reach.md").is_file():
+        f.differences.append(f"{folder.name}: reach.csv without reach.md")
+        return
+    lines = (folder / "reach.md").read_text(encoding="utf-8").splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")] if lines else []
+    if header != list(_HEADER):
+        f.differences.append(f"{folder.name}/reach.md: header {header} != {list(_HEADER)}")
     body = [ln for ln in lines[2:] if ln.startswith("|")]
     if len(body) != len(rows):
         f.differences.append(f"{folder.name}/reach.md: {len(body)} rows, reach.csv {len(rows)}")
@@ -108,12 +133,18 @@ def _printed(f: Findings, folder: Path, rows: list[dict[str, str]]) -> None:
             speed["planned"], row["planned_on"], speed["test_references"], speed["reached"],
             length["reference_tokens"], length["generated_tokens"],
         ]  # fmt: skip
+        if len(cells) != len(expected):
+            f.differences.append(f"{folder.name}/reach.md job {row['job']}: {len(cells)} cells")
+            continue
         for got, want in zip(cells, expected):
             f.compare(f"{folder.name}/reach.md job {row['job']}", "cell", got, want)
 
 
 def check_reach(results: Path) -> Findings:
     f = Findings("reach pages from records")
+    for page in sorted(results.glob("*/reach.md")):
+        if not (page.parent / "reach.csv").is_file():
+            f.differences.append(f"{page.parent.name}: reach.md without reach.csv")
     for path in sorted(results.glob("*/reach.csv")):
         folder = path.parent
         rows, cells = _csv(path), _finished(folder)

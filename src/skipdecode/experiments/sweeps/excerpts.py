@@ -74,8 +74,16 @@ def parse_spec(spec: str) -> Excerpt:
     return Excerpt(tuple(sources), names)
 
 
+_RULE = re.compile(r"^\|\s*:?-{3,}")
+_MARKER = re.compile(rf"^{re.escape(START)}(?P<spec>.+) -->$", re.MULTILINE)
+
+
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    """A table row's cells: one outer pipe off each end, split on pipes not escaped."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [c.strip() for c in re.split(r"(?<!\\)\|", inner)]
 
 
 def page_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
@@ -84,7 +92,7 @@ def page_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     lines = text.splitlines()
     for i, line in enumerate(lines[:-1]):
         starts = i == 0 or not lines[i - 1].startswith("|")
-        if starts and line.startswith("|") and lines[i + 1].startswith("|---"):
+        if starts and line.startswith("|") and _RULE.match(lines[i + 1]):
             rows = []
             for row in lines[i + 2 :]:
                 if not row.startswith("|"):
@@ -103,23 +111,35 @@ def _rows(source: Source, columns: tuple[str, ...], root: Path) -> list[list[str
     found = [(h, rows) for h, rows in tables if wanted <= set(h)]
     if not found:
         headers = sorted({c for h, _ in tables for c in h})
+        best = max(tables, key=lambda t: len(wanted & set(t[0])), default=([], []))[0]
         raise ValueError(
-            f"excerpt: no table of {source.path} has the columns {sorted(wanted - {''})}; "
-            f"its columns: {headers}"
+            f"excerpt: no table of {source.path} has the columns {sorted(wanted)} (its table "
+            f"closest to them lacks {sorted(wanted - set(best))}); its columns: {headers}"
         )
     header, rows = found[0]
+    short = [r for r in rows if len(r) != len(header)]
+    if short:
+        raise ValueError(
+            f"excerpt: a row of {source.path} has {len(short[0])} cells, its header "
+            f"{len(header)}: {short[0]}"
+        )
     if source.column is not None:
         key = header.index(source.column)
+        if len(set(source.values)) != len(source.values):
+            raise ValueError(f"excerpt: the filter on {source.column!r} repeats a value")
         chosen = []
         for value in source.values:
             matches = [r for r in rows if r[key] == value]
             if len(matches) != 1:
                 raise ValueError(
                     f"excerpt: {source.path} has {len(matches)} rows with "
-                    f"{source.column}={value!r} (one expected)"
+                    f"{source.column}={value!r} (one expected; its values: "
+                    f"{[r[key] for r in rows]})"
                 )
             chosen += matches
         rows = chosen
+    if not rows:
+        raise ValueError(f"excerpt: the table of {source.path} with {sorted(wanted)} has no row")
     return [[r[header.index(c)] for c in columns] for r in rows]
 
 
@@ -134,28 +154,45 @@ def render(excerpt: Excerpt, root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _spans(text: str) -> list[tuple[str, int, int]]:
+    """Each excerpt's (spec, start of its content, start of its end marker), in order; a marker
+    line without its end, or an end inside another excerpt, is an error naming the line."""
+    spans = []
+    position = 0
+    for marker in _MARKER.finditer(text):
+        if marker.start() < position:
+            continue
+        line = text.count("\n", 0, marker.start()) + 1
+        content = marker.end() + 1
+        end = text.find(END, content)
+        following = _MARKER.search(text, content)
+        if end < 0 or (following is not None and following.start() < end):
+            raise ValueError(f"line {line}: excerpt {marker['spec']!r} has no {END!r} after it")
+        spans.append((marker["spec"], content, end))
+        position = end
+    return spans
+
+
 def excerpt_blocks(text: str) -> list[tuple[str, str]]:
     """The excerpts a document holds: (spec, current content) in order."""
-    out = []
-    for part in text.split(START)[1:]:
-        spec, _, rest = part.partition(" -->\n")
-        if END not in rest:
-            raise ValueError(f"excerpt {spec!r}: no {END!r} after it")
-        out.append((spec, rest.split(END, 1)[0]))
-    return out
+    return [(spec, text[start:end]) for spec, start, end in _spans(text)]
 
 
 def write_excerpts(document: Path, root: Path) -> str | None:
     """Every excerpt of ``document`` rewritten from the pages under ``root``; what was done
     (None when it holds none). Written whole or not at all."""
     text = document.read_text(encoding="utf-8")
-    blocks = excerpt_blocks(text)
-    if not blocks:
+    name = document.resolve().relative_to(root.resolve())
+    try:
+        spans = _spans(text)
+        tables = [render(parse_spec(spec), root) for spec, _, _ in spans]
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if not spans:
         return None
-    pieces = text.split(START)
-    out = [pieces[0]]
-    for (spec, _), part in zip(blocks, pieces[1:]):
-        rest = part.split(END, 1)[1]
-        out.append(f"{START}{spec} -->\n{render(parse_spec(spec), root)}{END}{rest}")
-    write_text_atomic(document, "".join(out))
-    return f"{document.resolve().relative_to(root.resolve())}: {len(blocks)} excerpts"
+    out, position = [], 0
+    for (_, start, end), table in zip(spans, tables):
+        out += [text[position:start], table]
+        position = end
+    write_text_atomic(document, "".join(out) + text[position:])
+    return f"{name}: {len(spans)} excerpts"
