@@ -22,6 +22,7 @@ from ...io import read_json_or_none
 from ...models.loading import ModelConfigError
 from ...schedules import build_schedule
 from ..sweeps import reach as writer
+from ..sweeps.excerpts import table_cells
 from .findings import Findings
 
 __all__ = ["check_reach"]
@@ -117,7 +118,7 @@ def _printed(f: Findings, folder: Path, rows: list[dict[str, str]]) -> None:
         f.differences.append(f"{folder.name}: reach.csv without reach.md")
         return
     lines = (folder / "reach.md").read_text(encoding="utf-8").splitlines()
-    header = [c.strip() for c in lines[0].strip("|").split("|")] if lines else []
+    header = table_cells(lines[0]) if lines else []
     if header != list(_HEADER):
         f.differences.append(f"{folder.name}/reach.md: header {header} != {list(_HEADER)}")
     body = [ln for ln in lines[2:] if ln.startswith("|")]
@@ -125,7 +126,7 @@ def _printed(f: Findings, folder: Path, rows: list[dict[str, str]]) -> None:
         f.differences.append(f"{folder.name}/reach.md: {len(body)} rows, reach.csv {len(rows)}")
         return
     for line, row in zip(body, rows):
-        cells = [c.strip() for c in line.strip("|").split("|")]
+        cells = table_cells(line)
         speed = {k: (f"{float(row[k]):.2f}x" if row[k] else "") for k in _SPEEDS}
         length = {k: (f"{float(row[k]):.1f}" if row[k] else "") for k in _LENGTHS}
         expected = [

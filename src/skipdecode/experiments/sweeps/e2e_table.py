@@ -155,7 +155,8 @@ def format_e2e_suite(cells: Sequence[Mapping[str, Any]]) -> str:
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
-    for row in _groups(cells):
+    rows = _groups(cells)
+    for row in rows:
         values = [_fmt(row[m], _DIGITS[m]) for m in _KEYS]
         delta = _fmt(row["bleu_delta"], 2, sign=True)
         lines.append(
@@ -171,7 +172,7 @@ def format_e2e_suite(cells: Sequence[Mapping[str, Any]]) -> str:
         "| model | schedule | paired seeds | " + " | ".join(f"Δ{label}" for label in labels) + " |",
         "|---|---|---|" + "---|" * len(labels),
     ]
-    for row in _groups(cells):
+    for row in rows:
         if row["method"] != "full":
             deltas = [_fmt(row[f"{m}_delta"], _DIGITS[m], sign=True) for m in _KEYS]
             lines.append(

@@ -21,15 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...io import write_text_atomic
+from .summaries import markdown_table
 
 __all__ = [
     "END",
     "START",
     "Excerpt",
+    "documents",
     "excerpt_blocks",
     "page_tables",
     "parse_spec",
     "render",
+    "table_cells",
     "write_excerpts",
 ]
 
@@ -78,7 +81,12 @@ _RULE = re.compile(r"^\|\s*:?-{3,}")
 _MARKER = re.compile(rf"^{re.escape(START)}(?P<spec>.+) -->$", re.MULTILINE)
 
 
-def _cells(line: str) -> list[str]:
+def documents(root: Path) -> list[Path]:
+    """The documents that may hold excerpts: README and every page of ``docs/``."""
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+
+
+def table_cells(line: str) -> list[str]:
     """A table row's cells: one outer pipe off each end, split on pipes not escaped."""
     inner = line.strip()
     inner = inner[1:] if inner.startswith("|") else inner
@@ -97,8 +105,8 @@ def page_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
             for row in lines[i + 2 :]:
                 if not row.startswith("|"):
                     break
-                rows.append(_cells(row))
-            tables.append((_cells(line), rows))
+                rows.append(table_cells(row))
+            tables.append((table_cells(line), rows))
     return tables
 
 
@@ -145,23 +153,15 @@ def _rows(source: Source, columns: tuple[str, ...], root: Path) -> list[list[str
 
 def render(excerpt: Excerpt, root: Path) -> str:
     """The excerpt's Markdown table, from the pages under ``root`` (the checkout)."""
-    lines = [
-        "| " + " | ".join(excerpt.columns) + " |",
-        "|" + "|".join("---" for _ in excerpt.columns) + "|",
-    ]
-    for source in excerpt.sources:
-        lines += ["| " + " | ".join(r) + " |" for r in _rows(source, excerpt.columns, root)]
-    return "\n".join(lines) + "\n"
+    rows = [r for source in excerpt.sources for r in _rows(source, excerpt.columns, root)]
+    return "\n".join(markdown_table(excerpt.columns, rows)) + "\n"
 
 
 def _spans(text: str) -> list[tuple[str, int, int]]:
     """Each excerpt's (spec, start of its content, start of its end marker), in order; a marker
     line without its end, or an end inside another excerpt, is an error naming the line."""
     spans = []
-    position = 0
     for marker in _MARKER.finditer(text):
-        if marker.start() < position:
-            continue
         line = text.count("\n", 0, marker.start()) + 1
         content = marker.end() + 1
         end = text.find(END, content)
@@ -169,7 +169,6 @@ def _spans(text: str) -> list[tuple[str, int, int]]:
         if end < 0 or (following is not None and following.start() < end):
             raise ValueError(f"line {line}: excerpt {marker['spec']!r} has no {END!r} after it")
         spans.append((marker["spec"], content, end))
-        position = end
     return spans
 
 

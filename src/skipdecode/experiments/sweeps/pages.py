@@ -46,7 +46,7 @@ from ..benchmarks.gpu_train_page import write_train_page
 from ..benchmarks.split_page import write_split_pages
 from .aggregate import aggregate
 from .audit import AUDIT_PAGE, write_audit
-from .excerpts import write_excerpts
+from .excerpts import documents, write_excerpts
 from .readme import write_readme
 from .summaries import write_summaries
 
@@ -167,8 +167,8 @@ def write_pages(results: Path, only: Sequence[str] = tuple(PARTS)) -> list[str]:
     readme = root / "README.md"
     if readme.is_file():
         done.append(write_readme(readme, results))
-    for document in [readme, *sorted((root / "docs").glob("*.md"))]:
-        written = write_excerpts(document, root) if document.is_file() else None
+    for document in documents(root):
+        written = write_excerpts(document, root)
         if written:
             done.append(written)
     return done
