@@ -159,7 +159,8 @@ def test_the_paired_definition_puts_the_point_inside_its_interval():
 
 def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(folder):
     """An older record keeps its rounds' ratios but no raw seconds: its cell shows their median
-    (the e2e figure as written); a cell showing the written point is a difference."""
+    and no end-to-end speedup; a cell showing the written point, or the written end-to-end
+    figure, is a difference."""
     cells = folder / "e2e_gemma3" / "cells.csv"
     with cells.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -176,7 +177,12 @@ def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(fol
     record = json.loads((folder / "e2e_gemma3" / job / "record.json").read_text())
     rounds = record["speed"]["timing"]["measured_speedup_decode_per_repeat"]
     assert float(rows[index]["measured_speedup_decode"]) == statistics.median(rounds)
+    assert rows[index]["measured_speedup_e2e"] == ""
     assert _differences(folder) == []
+    written = record["speed"]["measured_speedup_e2e"]
+    _edit_csv(cells, index, "measured_speedup_e2e", repr(written))
+    assert any("measured_speedup_e2e" in d for d in _differences(folder))
+    _edit_csv(cells, index, "measured_speedup_e2e", "")
     _edit_csv(
         cells,
         index,

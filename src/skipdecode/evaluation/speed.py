@@ -53,10 +53,22 @@ from typing import Any
 from ..core.costs import ideal_speedup
 from .generation import GenerationRun
 
-__all__ = ["speed_record", "ratio", "raw_timings", "paired_speedups", "published_speedups"]
+__all__ = [
+    "speed_record",
+    "ratio",
+    "raw_timings",
+    "paired_speedups",
+    "published_speedups",
+    "WITHDRAWN_E2E",
+]
 
 #: How ``timing`` says which definition made a record's measured speedups (older records: none).
 DEFINITION = "median of paired rounds; prefill pooled"
+
+#: ``speedup_source`` of a record written before raw timings were kept (see :func:`published_speedups`).
+WITHDRAWN_E2E = (
+    "the decode rounds' ratios it kept; end-to-end not recomputable (raw timings not kept)"
+)
 
 
 def ratio(a: float, b: float) -> float | None:
@@ -142,9 +154,10 @@ def paired_speedups(timed: Sequence[Mapping[str, Sequence[float]]]) -> dict[str,
 
 def published_speedups(speed: Mapping[str, Any]) -> dict[str, Any]:
     """A record's measured speedups as the tables publish them: :func:`paired_speedups` over its
-    raw timings; for a record written before raw timings were kept, the median of the decode
-    rounds' ratios it kept (its end-to-end figure, from each side's own prefill, as written);
-    for one that kept neither, its figures as written. ``speedup_source`` says which."""
+    raw timings. A record written before raw timings were kept publishes the median of the decode
+    rounds' ratios it kept, and no end-to-end figure (it timed each side's prefill on its own and
+    kept no prefill rounds, so no end-to-end speedup of the one definition follows from it); one
+    whose baseline is itself publishes 1 for both, by definition. ``speedup_source`` says which."""
     raw = [b for b in (speed.get("raw") or {}).get("batches", []) if b.get("timed")]
     if raw:
         paired = paired_speedups(raw)
@@ -153,13 +166,19 @@ def published_speedups(speed: Mapping[str, Any]) -> dict[str, Any]:
             "measured_speedup_e2e": paired["measured_speedup_e2e"],
             "speedup_source": "raw timings",
         }
+    if (speed.get("baseline") or {}).get("schedule") == "self":
+        return {
+            "measured_speedup_decode": 1.0,
+            "measured_speedup_e2e": 1.0,
+            "speedup_source": "its own baseline (1 by definition)",
+        }
     rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
-    out = {k: speed.get(k) for k in ("measured_speedup_decode", "measured_speedup_e2e")}
+    out: dict[str, Any] = {"measured_speedup_decode": None, "measured_speedup_e2e": None}
     if rounds and all(x is not None for x in rounds):
         out["measured_speedup_decode"] = statistics.median(rounds)
-        out["speedup_source"] = "rounds' decode ratios (e2e as written)"
+        out["speedup_source"] = WITHDRAWN_E2E
     else:
-        out["speedup_source"] = "as written" if out["measured_speedup_decode"] is not None else None
+        out["speedup_source"] = None
     return out
 
 

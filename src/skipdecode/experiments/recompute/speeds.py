@@ -9,7 +9,9 @@ the baseline's summed per-batch medians over the schedule's, each side with its 
 audit checks each record by the definition it was written under, and the tables by the one
 definition (:func:`published`). The prefill shares are prefill over prefill + decode of each
 side's summed medians. A record that keeps no raw timings (written before they were kept) is
-counted as not recomputable; the tables then publish the median of the decode rounds it kept.
+counted as not recomputable; the tables then publish the median of the decode rounds it kept and
+no end-to-end speedup (it timed each side's prefill on its own and kept no prefill rounds), or 1
+and 1 where the record is its own baseline.
 """
 
 from __future__ import annotations
@@ -63,14 +65,15 @@ def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def published(record: Mapping[str, Any]) -> dict[str, Any]:
     """The decode and end-to-end speedups a table must show for this record: from its raw
-    timings (the paired definition); else the median of the decode rounds it kept, with its
-    end-to-end figure as written; else its summary's figures."""
+    timings (the paired definition); 1 and 1 where its baseline is itself; else the median of
+    the decode rounds it kept and no end-to-end figure (none follows from what it kept)."""
     speed = record.get("speed") or {}
-    summary = record.get("summary") or {}
-    out = {k: summary.get(k) for k in ("measured_speedup_decode", "measured_speedup_e2e")}
     got = recomputed_speeds(speed.get("raw") or {})
     if got:
         return dict(got["paired"])
+    if (speed.get("baseline") or {}).get("schedule") == "self":
+        return {"measured_speedup_decode": 1.0, "measured_speedup_e2e": 1.0}
+    out: dict[str, Any] = {"measured_speedup_decode": None, "measured_speedup_e2e": None}
     rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
     if rounds and all(isinstance(x, (int, float)) for x in rounds):
         out["measured_speedup_decode"] = statistics.median(rounds)
@@ -86,8 +89,16 @@ def check_speeds(records: list[tuple[Path, Mapping[str, Any]]]) -> Findings:
         if not raw and speed.get("measured_speedup_decode") is None:
             found.skip("evaluation records that publish no measured speedup (not timed)")
             continue
+        if not raw and (speed.get("baseline") or {}).get("schedule") == "self":
+            found.skip(
+                "evaluation records without raw timings, their own baseline (1 by definition)"
+            )
+            continue
         if not raw:
-            found.skip("evaluation records without raw timings (written before they were kept)")
+            found.skip(
+                "evaluation records without raw timings (written before they were kept): "
+                "tables give their kept decode rounds' median and no end-to-end speedup"
+            )
             continue
         got = recomputed_speeds(raw)
         if not got:

@@ -196,7 +196,10 @@ def _check_means(row: dict[str, str], cells: list, found: Findings, where: str, 
     seeds = " ".join(sorted(c["seed"] for c in cells))
     found.compare(where, f"{prefix}seeds", row.get(f"{prefix}seeds"), seeds)
     for m in (*metrics, *(s for s in _SPEEDS if f"{prefix}{s}" in row)):
-        mean, low, high = mean_interval([c[m] for c in cells if c.get(m) is not None])
+        values = [c.get(m) for c in cells]
+        mean, low, high = (None, None, None)
+        if m in metrics or None not in values:  # a speed's mean only where every seed has it
+            mean, low, high = mean_interval([v for v in values if v is not None])
         for suffix, value in (("", mean), ("_ci95_low", low), ("_ci95_high", high)):
             found.compare(where, prefix + m + suffix, row.get(prefix + m + suffix), value)
     return metrics

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import read_json_or_none, write_text_atomic
-from .seeds import mean_ci95
+from .seeds import mean_ci95, mean_ci95_every
 from .summaries import (
     LABELS,
     decided,
@@ -86,8 +86,9 @@ def one_model_rows(
         row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in cells))
         row["per_schedule_seeds"] = " ".join(sorted(str(c.get("seed")) for c in own))
         for m in (*COMPARED, *SPEEDS):
-            row[m] = mean_ci95([c.get(m) for c in cells])
-            row[f"per_schedule_{m}"] = mean_ci95([c.get(m) for c in own])
+            mean = mean_ci95_every if m in SPEEDS else mean_ci95
+            row[m] = mean([c.get(m) for c in cells])
+            row[f"per_schedule_{m}"] = mean([c.get(m) for c in own])
         row.update(paired_deltas(cells, {str(c.get("seed")): c for c in own}))
         rows.append(row)
     order = {"full": 0}

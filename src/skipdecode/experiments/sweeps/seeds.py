@@ -7,7 +7,8 @@ seeds both have (``delta_seeds``; each seed paired with the same seed of full), 
 intervals: the two-level bootstrap over training seeds and test inputs
 (:func:`skipdecode.evaluation.metrics.bootstrap.paired_bootstrap`: seed and test-set variation),
 and the t-interval over the per-seed differences (seed variation; none with one seed). Speedups,
-tokens/s, lengths and the output statistics are means over seeds. With one seed there is no seed
+tokens/s, lengths and the output statistics are means over seeds; a speedup's mean only where
+every seed of the row has the figure (:func:`mean_ci95_every`). With one seed there is no seed
 interval, and the bootstrap covers the test inputs only; say so rather than read one into the
 numbers.
 """
@@ -26,7 +27,14 @@ from .table import QUALITY, SPEEDS, num
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SEED_GROUP", "cell_generations", "mean_ci95", "results_order", "summarize_seeds"]
+__all__ = [
+    "SEED_GROUP",
+    "cell_generations",
+    "mean_ci95",
+    "mean_ci95_every",
+    "results_order",
+    "summarize_seeds",
+]
 
 #: The labels that make cells seeds of one results row.
 SEED_GROUP = ("dataset", "model", "schedule", "method", "target_speedup", "train_steps")
@@ -51,6 +59,15 @@ def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None, floa
 
     half = float(t.ppf(0.975, len(xs) - 1)) * statistics.stdev(xs) / len(xs) ** 0.5
     return mean, mean - half, mean + half
+
+
+def mean_ci95_every(values: Sequence[Any]) -> tuple[float | None, float | None, float | None]:
+    """:func:`mean_ci95` where every value is a number, else nothing: a mean over some of a row's
+    seeds would be printed beside all of their labels (a speedup that some seeds' records cannot
+    give, such as the end-to-end figure of a record written before raw timings were kept)."""
+    if not values or any(num(v) is None for v in values):
+        return None, None, None
+    return mean_ci95(values)
 
 
 def _paired(
@@ -157,7 +174,8 @@ def summarize_seeds(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 high,
             )
         for key_ in _MEANS:
-            row[key_] = mean_ci95([c.get(key_) for c in ok])[0]
+            mean = mean_ci95_every if key_ in SPEEDS else mean_ci95
+            row[key_] = mean([c.get(key_) for c in ok])[0]
         baselines = full.get((key[0], key[1], key[5])) or []
         if key[3] != "full" and baselines:
             row.update(_deltas(ok, baselines))

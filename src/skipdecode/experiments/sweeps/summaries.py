@@ -39,7 +39,7 @@ from ...evaluation.metrics.bootstrap import SystemPair, paired_bootstrap
 from ...evaluation.metrics.text import ROUGE_CONVENTIONS, rouge
 from ...io import read_json_or_none, write_text_atomic
 from .cell_outputs import cell_generations
-from .seeds import SEED_GROUP, mean_ci95, results_order
+from .seeds import SEED_GROUP, mean_ci95, mean_ci95_every, results_order
 from .table import collect, csv_text, num, page_command
 
 log = logging.getLogger(__name__)
@@ -198,8 +198,10 @@ def summary_rows(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for key, members in groups.items():
         row: dict[str, Any] = dict(zip(SEED_GROUP, key, strict=True))
         row["seeds"] = " ".join(sorted(str(c.get("seed")) for c in members))
-        for m in (*QUALITY, *SPEED):
+        for m in QUALITY:
             row[m] = mean_ci95([c.get(m) for c in members])
+        for m in SPEED:
+            row[m] = mean_ci95_every([c.get(m) for c in members])
         full = {
             str(c.get("seed")): c
             for c in cells
