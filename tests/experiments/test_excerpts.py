@@ -57,6 +57,32 @@ def test_an_excerpt_without_a_filter_copies_every_row_and_pages_join_with_plus(r
     assert render(spec, root).splitlines()[2:] == ["| 3 |"] * 4
 
 
+BENCH = """| batch | variant | ms |
+|---|---|---|
+| 1 | generate | 53.21 |
+| 1 | full | 37.63 |
+| 1 | 2x | 21.70 |
+| 8 | generate | 162.02 |
+| 8 | full | 82.97 |
+"""
+
+
+def test_several_filters_take_a_row_for_every_combination_first_filter_outermost(root):
+    (root / "results" / "bench.md").write_text(BENCH)
+    spec = parse_spec("results/bench.md {batch=1,8} {variant=full,generate}: batch | variant | ms")
+    assert render(spec, root).splitlines()[2:] == [
+        "| 1 | full | 37.63 |",
+        "| 1 | generate | 53.21 |",
+        "| 8 | full | 82.97 |",
+        "| 8 | generate | 162.02 |",
+    ]
+    missing = parse_spec("results/bench.md {batch=1,8} {variant=2x}: ms")
+    with pytest.raises(ValueError, match="0 rows with batch='8', variant='2x'"):
+        render(missing, root)
+    with pytest.raises(ValueError, match="filtered twice"):
+        parse_spec("results/bench.md {batch=1} {batch=8}: ms")
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

@@ -233,8 +233,9 @@ def test_a_benchmark_speedup_or_a_gpu_page_cell_that_does_not_recompute_is_caugh
     variant = data["cells"][0]["variants"]["skipdecode-2x"]
     variant["measured_speedup"] *= 1.01
     record.write_text(json.dumps(data))
-    (found,) = check_bench(results).differences
+    found, page_cell = check_bench(results).differences  # the record, then its page's cell
     assert "decode-cpu.json" in found and "skipdecode-2x measured_speedup" in found
+    assert page_cell.startswith("bench/decode-cpu.md opt-1.3b batch 1 skipdecode-2x: measured")
     variant["measured_speedup"] /= 1.01
     record.write_text(json.dumps(data))
     page = results / "bench" / "decode-gpu.md"
@@ -247,6 +248,29 @@ def test_a_benchmark_speedup_or_a_gpu_page_cell_that_does_not_recompute_is_caugh
     page.write_text(text.replace(cell, cell.replace("**", "**9", 1), 1))
     (found,) = check_bench(results).differences
     assert found.startswith("bench/decode-gpu.md") and "skipdecode-2x-graphs" in found
+
+
+def test_a_benchmark_page_cell_that_its_record_does_not_print_is_caught(tmp_path):
+    """A benchmark's own page prints its record's figures at their digits (the tables in docs
+    excerpt these pages): a changed quartile, a lost cell or an invented one is a difference."""
+    results = tmp_path / "results"
+    (results / "bench").mkdir(parents=True)
+    for suffix in (".json", ".md"):
+        name = "decode-smollm2-cpu-compiled" + suffix
+        shutil.copy(RESULTS / "bench" / name, results / "bench" / name)
+    assert check_bench(results).differences == []
+    page = results / "bench" / "decode-smollm2-cpu-compiled.md"
+    text = page.read_text()
+    for before, after, what in (
+        ("53.21 [52.78, 53.51]", "53.21 [52.78, 53.52]", "decode ms/step [IQR]"),
+        ("| 0.73 |  |  |", "|  |  |  |", "vs compiled generate"),
+        ("| 2.9 | 17.0 |  |", "| 2.9 | 17.0 | 1.00 |", "theor."),
+    ):
+        page.write_text(text.replace(before, after, 1))
+        (found,) = check_bench(results).differences
+        assert found.startswith("bench/decode-smollm2-cpu-compiled.md smollm2-135m batch 1 ")
+        assert f": {what} " in found
+    page.write_text(text)
 
 
 def test_a_training_page_cell_that_its_run_does_not_give_is_caught(tmp_path):

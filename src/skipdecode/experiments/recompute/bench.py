@@ -7,16 +7,20 @@ graphs`` over ``skipdecode-full-graphs``); ``bandwidth_floor_multiple`` is ms ov
 ms. Then the GPU page (``bench/decode-gpu.md``, the CUDA-graph records): every variant's cell in
 its record's section reads ``<ms> ms, <multiple>x floor, **<speedup>x**`` at the printed digits,
 the speedup over the peer the page names (the compiled one-token loop, else compiled
-``generate``, else eager ``generate``).
+``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md`` beside its
+record): each row's figures, found by shape, batch and variant, are its record's at the printed
+digits, an empty cell where the record has none.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..sweeps.excerpts import page_tables
 from .findings import Findings
 
 __all__ = ["check_bench"]
@@ -117,6 +121,63 @@ def _check_page(page: str, path: Path, record: Mapping[str, Any], found: Finding
                 )
 
 
+#: A benchmark page's column and the record's fields it prints, in order.
+PAGE_COLUMNS = {
+    "prefill ms": ("prefill_ms",),
+    "decode ms/step [IQR]": ("decode_ms_per_step", "decode_ms_q1", "decode_ms_q3"),
+    "decode ms/step": ("decode_ms_per_step",),
+    "x floor": ("floor_multiple",),
+    "x bandwidth floor": ("bandwidth_floor_multiple",),
+    "x compute floor": ("compute_floor_multiple",),
+    "tok/s": ("tokens_per_s",),
+    "theor.": ("theoretical_speedup",),
+    "measured": ("measured_speedup",),
+    "ideal": ("ideal_speedup",),
+    "efficiency": ("efficiency",),
+    "vs compiled generate": ("speedup_vs_transformers_generate_compiled",),
+    "compile s": ("compile_s",),
+}
+_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?")
+
+
+def _printed_as(printed: str, values: list[Any]) -> bool:
+    """Whether a page cell prints exactly ``values`` (None: nothing), each at its own digits."""
+    shown = [v for v in values if v is not None]
+    found = list(_NUMBER.finditer(printed))
+    if len(found) != len(shown):
+        return False
+    return all(f"{float(v):.{len(m.group(1) or '')}f}" == m.group(0) for m, v in zip(found, shown))
+
+
+def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
+    """The benchmark's page beside its record: every row of its variant table."""
+    page = path.with_suffix(".md")
+    if not page.is_file():
+        found.skip("bench records without their own page")
+        return
+    cells = {(c.get("shape"), str(c.get("batch_size"))): c for c in record["cells"]}
+    tables = [t for t in page_tables(page.read_text(encoding="utf-8"))]
+    table = next((t for t in tables if {"shape", "batch", "variant"} <= set(t[0])), None)
+    if table is None:
+        found.skip("bench pages without a variant table")
+        return
+    header, rows = table
+    for row in rows:
+        cell = dict(zip(header, row))
+        where = f"bench/{page.name} {cell['shape']} batch {cell['batch']} {cell['variant']}"
+        variant = (cells.get((cell["shape"], cell["batch"])) or {}).get("variants", {})
+        r = variant.get(cell["variant"])
+        if r is None:
+            found.differences.append(f"{where}: no such variant in {path.name}")
+            continue
+        for column, keys in PAGE_COLUMNS.items():
+            if column in cell:
+                values = [r.get(k) for k in keys]
+                found.checked += 1
+                if not _printed_as(cell[column], values):
+                    found.differences.append(f"{where}: {column} {cell[column]!r} != {values!r}")
+
+
 def check_bench(results: Path) -> Findings:
     """Every decode benchmark record's derived figures, and the GPU page's cells."""
     found = Findings("benchmarks from their timings")
@@ -131,6 +192,7 @@ def check_bench(results: Path) -> Findings:
         for cell in cells:
             where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
             _check_cell(where, cell["variants"], found)
+        _check_own_page(path, record, found)
         args = record.get("args") or {}
         if args.get("cuda_graphs") == "True" and args.get("device") == "cuda":
             _check_page(page, path, record, found)
