@@ -14,6 +14,7 @@ import pytest
 from skipdecode.evaluation.speed import paired_speedups
 from skipdecode.experiments.recompute.bench import check_bench
 from skipdecode.experiments.recompute.cli import audit, main
+from skipdecode.experiments.recompute.findings import Findings
 from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
 from skipdecode.experiments.sweeps.audit import write_audit
 
@@ -181,7 +182,9 @@ def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(fol
     assert _differences(folder) == []
     written = record["speed"]["measured_speedup_e2e"]
     _edit_csv(cells, index, "measured_speedup_e2e", repr(written))
-    assert any("measured_speedup_e2e" in d for d in _differences(folder))
+    assert f"e2e_gemma3/cells.csv job {job}: measured_speedup_e2e '{written!r}' != None" in (
+        _differences(folder)
+    )
     _edit_csv(cells, index, "measured_speedup_e2e", "")
     _edit_csv(
         cells,
@@ -270,6 +273,18 @@ def test_a_benchmark_page_cell_that_its_record_does_not_print_is_caught(tmp_path
         (found,) = check_bench(results).differences
         assert found.startswith("bench/decode-smollm2-cpu-compiled.md smollm2-135m batch 1 ")
         assert f": {what} " in found
+    lines = text.splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if "| skipdecode-2x-compiled |" in line)
+    page.write_text("".join(lines[:row] + lines[row + 1 :]))  # a variant the page lost
+    assert check_bench(results).differences == [
+        "bench/decode-smollm2-cpu-compiled.md: no row for smollm2-135m batch 1 "
+        "skipdecode-2x-compiled"
+    ]
+    page.write_text("".join(lines[: row + 1] + lines[row:]))  # printed twice
+    (found,) = check_bench(results).differences
+    assert found.endswith(
+        "skipdecode-2x-compiled: a row decode-smollm2-cpu-compiled.json does not hold once"
+    )
     page.write_text(text)
 
 
@@ -322,3 +337,32 @@ def test_a_planned_speedup_that_the_budgets_do_not_give_is_caught(folder):
     _edit_csv(folder / "e2e_gemma3" / "reach.csv", 1, "test_references", "2.1541")
     found = [d for d in check_reach(folder).differences if "reach.csv" in d]
     assert [d.split(":")[1].split("'")[0].strip() for d in found] == ["planned", "test_references"]
+
+
+def test_a_speed_mean_over_some_of_a_rows_seeds_is_caught(tmp_path):
+    """A row's speed is the mean over all of its seeds or nothing: a results or summary page
+    printing one seed's end-to-end figure under two seeds' labels is a difference."""
+    from skipdecode.experiments.recompute.summaries import _check_means
+    from skipdecode.experiments.recompute.tables import GROUP, _check_results
+
+    labels = dict.fromkeys(GROUP, "x")
+    cells = [
+        {**labels, "status": "ok", "seed": "1", "measured_speedup_e2e": "1.3"},
+        {**labels, "status": "ok", "seed": "2", "measured_speedup_e2e": ""},
+    ]
+    for printed, differs in (("1.3", True), ("", False)):
+        with (tmp_path / "results.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*GROUP, "n_seeds", "measured_speedup_e2e"])
+            writer.writeheader()
+            writer.writerow({**labels, "n_seeds": "2", "measured_speedup_e2e": printed})
+        found = Findings("tables")
+        _check_results(tmp_path, cells, found)
+        assert any("measured_speedup_e2e" in d for d in found.differences) is differs
+        found = Findings("summaries")
+        summary = [
+            {"seed": c["seed"], "measured_speedup_e2e": float(e2e) if e2e else None}
+            for c in cells
+            for e2e in [c["measured_speedup_e2e"]]
+        ]
+        _check_means({"seeds": "1 2", "measured_speedup_e2e": printed}, summary, found, "row")
+        assert any("measured_speedup_e2e" in d for d in found.differences) is differs

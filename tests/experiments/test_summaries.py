@@ -311,30 +311,6 @@ def test_one_model_page_decides_on_bleu_where_the_task_is_not_summarization(tmp_
     assert "| ΔBLEU [per-seed t] | BLEU: decided |" in md and "RL max: decided" not in md
 
 
-def test_a_record_without_raw_timings_publishes_its_rounds_median_and_no_end_to_end_speedup():
-    from skipdecode.evaluation.speed import WITHDRAWN_E2E, published_speedups
-
-    older = {
-        "measured_speedup_decode": 1.95,  # the summed medians it was written with
-        "measured_speedup_e2e": 1.32,  # each side's own prefill: not the one definition
-        "baseline": {"schedule": "full"},
-        "timing": {"measured_speedup_decode_per_repeat": [1.82, 1.97, 1.89]},
-    }
-    assert published_speedups(older) == {
-        "measured_speedup_decode": 1.89,
-        "measured_speedup_e2e": None,
-        "speedup_source": WITHDRAWN_E2E,
-    }
-    own = {
-        "measured_speedup_decode": 1.0,
-        "measured_speedup_e2e": 1.0,
-        "baseline": {"schedule": "self"},
-    }
-    assert published_speedups(own)["measured_speedup_e2e"] == 1.0
-    del older["timing"]  # neither raw seconds nor rounds: nothing recomputes, nothing published
-    assert published_speedups(older)["measured_speedup_decode"] is None
-
-
 def test_a_speed_is_averaged_over_seeds_only_where_every_seed_has_it():
     from skipdecode.experiments.sweeps.seeds import summarize_seeds
 

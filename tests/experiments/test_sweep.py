@@ -650,3 +650,47 @@ def test_the_budget_page_says_from_which_budget_a_schedule_is_not_separable(tmp_
     assert "target_2x: not separable from full from 270 steps on" in page
     assert "target_3x: still separable from full at 270 steps" in page
     assert "| target_2x | 180 | 1 | 60.00 | 60.00 | -2.00 [-3.00, -1.00] |  | yes |" in page
+
+
+def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_goes(
+    tmp_path, monkeypatch
+):
+    """``sweep.reuse=false`` (the rerun studies): a finished or restored cell is neither resumed
+    from its last checkpoint nor left with the restore's mark beside its new record, so
+    publishing checks the new record (dirty checkout, busy machine) like any other."""
+    from skipdecode.experiments.sweeps import sweep as sweep_module
+    from skipdecode.experiments.sweeps.labels import eval_id
+
+    cell_dir = tmp_path / "cell"
+    last = cell_dir / "train" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    last.write_text("an earlier run's weights")
+    (cell_dir / "train_done.json").write_text(json.dumps({"status": "ok"}))
+    resumed = []
+
+    def fake_train(tcfg):
+        resumed.append(tcfg.get("ckpt_path"))
+        (Path(tcfg.paths.output_dir) / "export").mkdir(parents=True)
+        (Path(tcfg.paths.output_dir) / "export" / "config.json").write_text("{}")
+        return {}, None
+
+    monkeypatch.setattr(sweep_module, "train", fake_train)
+    cfg = compose("sweep", ["schedule=target_2x", f"sweep.cells_dir={tmp_path}"])
+    export, _, reused = sweep_module._train(cfg, cell_dir, reuse=False)
+    assert resumed == [None] and not reused and not last.exists() and export.is_dir()
+
+    c = {"eval": {"limit": 2}, "dataset": {}, "wandb": {}}
+    eval_dir = cell_dir / f"eval-{eval_id(c)}"
+    eval_dir.mkdir()
+    (eval_dir / "record.json").write_text("{}")
+    (eval_dir / "restored.json").write_text("{}")
+    written = []
+
+    def fake_evaluate(ecfg):
+        assert not (Path(ecfg.output_dir) / "restored.json").exists()
+        written.append(ecfg.output_dir)
+
+    monkeypatch.setattr(sweep_module, "evaluate", fake_evaluate)
+    labels = {"model": "m", "dataset": "d", "schedule": "s", "seed": 1}
+    record, reused = sweep_module._evaluate(cfg, c, export, cell_dir, None, labels, reuse=False)
+    assert written == [str(eval_dir)] and not reused and record == eval_dir / "record.json"

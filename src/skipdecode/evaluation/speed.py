@@ -65,7 +65,8 @@ __all__ = [
 #: How ``timing`` says which definition made a record's measured speedups (older records: none).
 DEFINITION = "median of paired rounds; prefill pooled"
 
-#: ``speedup_source`` of a record written before raw timings were kept (see :func:`published_speedups`).
+#: ``speedup_source`` of a record written before raw timings were kept
+#: (see :func:`published_speedups`).
 WITHDRAWN_E2E = (
     "the decode rounds' ratios it kept; end-to-end not recomputable (raw timings not kept)"
 )
@@ -174,7 +175,7 @@ def published_speedups(speed: Mapping[str, Any]) -> dict[str, Any]:
         }
     rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
     out: dict[str, Any] = {"measured_speedup_decode": None, "measured_speedup_e2e": None}
-    if rounds and all(x is not None for x in rounds):
+    if rounds and all(isinstance(x, (int, float)) and math.isfinite(x) for x in rounds):
         out["measured_speedup_decode"] = statistics.median(rounds)
         out["speedup_source"] = WITHDRAWN_E2E
     else:

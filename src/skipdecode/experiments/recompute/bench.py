@@ -149,37 +149,54 @@ def _printed_as(printed: str, values: list[Any]) -> bool:
     return all(f"{float(v):.{len(m.group(1) or '')}f}" == m.group(0) for m, v in zip(found, shown))
 
 
+def _text_cells(r: Mapping[str, Any]) -> dict[str, str]:
+    """The page's text columns: whether the tokens equal a reference's, and the flag."""
+    same = r.get("tokens_equal_reference")
+    tokens = "" if same is None else "yes" if same else f"NO ({r.get('tokens_equal')})"
+    return {"tokens = reference": tokens, "flag": str(r.get("flag") or "")}
+
+
 def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
-    """The benchmark's page beside its record: every row of its variant table."""
+    """The benchmark's page beside its record: its variant table has one row per variant of
+    every cell of the record, each printing the record's figures."""
     page = path.with_suffix(".md")
     if not page.is_file():
         found.skip("bench records without their own page")
         return
     cells = {(c.get("shape"), str(c.get("batch_size"))): c for c in record["cells"]}
-    tables = [t for t in page_tables(page.read_text(encoding="utf-8"))]
+    tables = page_tables(page.read_text(encoding="utf-8"))
     table = next((t for t in tables if {"shape", "batch", "variant"} <= set(t[0])), None)
     if table is None:
         found.skip("bench pages without a variant table")
         return
     header, rows = table
+    expected = {(*key, name) for key, c in cells.items() for name in c.get("variants", {})}
+    seen: set[tuple[str, ...]] = set()
     for row in rows:
         cell = dict(zip(header, row))
-        where = f"bench/{page.name} {cell['shape']} batch {cell['batch']} {cell['variant']}"
-        variant = (cells.get((cell["shape"], cell["batch"])) or {}).get("variants", {})
-        r = variant.get(cell["variant"])
-        if r is None:
-            found.differences.append(f"{where}: no such variant in {path.name}")
+        key = (cell["shape"], cell["batch"], cell["variant"])
+        where = f"bench/{page.name} {key[0]} batch {key[1]} {key[2]}"
+        if key in seen or key not in expected:
+            found.differences.append(f"{where}: a row {path.name} does not hold once")
             continue
+        seen.add(key)
+        r = cells[key[:2]]["variants"][key[2]] or {}
         for column, keys in PAGE_COLUMNS.items():
             if column in cell:
                 values = [r.get(k) for k in keys]
                 found.checked += 1
                 if not _printed_as(cell[column], values):
                     found.differences.append(f"{where}: {column} {cell[column]!r} != {values!r}")
+        for column, text in _text_cells(r).items():
+            if column in cell:
+                found.compare(where, column, cell[column], text)
+    for shape, batch, name in sorted(expected - seen):
+        found.differences.append(f"bench/{page.name}: no row for {shape} batch {batch} {name}")
 
 
 def check_bench(results: Path) -> Findings:
-    """Every decode benchmark record's derived figures, and the GPU page's cells."""
+    """Every decode benchmark record's derived figures, its own page's rows, and the GPU
+    page's cells."""
     found = Findings("benchmarks from their timings")
     page_path = results / "bench" / "decode-gpu.md"
     page = page_path.read_text(encoding="utf-8") if page_path.is_file() else ""

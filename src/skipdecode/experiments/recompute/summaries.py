@@ -17,7 +17,7 @@ difference as the mean of the per-seed differences, the t-interval over them, th
 paired bootstrap (METRICS.md: 1,000 draws from numpy's generator seeded 12345, inputs drawn for
 every seed at once, then the seeds; a per-input metric averaged over each draw's inputs, BLEU
 recomputed from each draw's summed statistics), what the intervals decide, and the mean
-measured speedups. ``extractive.csv``: each reference point's kept outputs
+measured speedups (only where every seed has one). ``extractive.csv``: each reference point's kept outputs
 (``extractive.jsonl.gz``) scored the same way against full's references, full - point over
 full's seeds with the same intervals, and full's own row.
 """

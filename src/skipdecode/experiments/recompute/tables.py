@@ -1,9 +1,10 @@
 """A results folder's tables recomputed from its records, with arithmetic of its own.
 
 ``cells.csv``: each finished cell's quality and speed columns are its record's summary figures
-(``<job>/record.json``), its measured speedups those of :func:`.speeds.published`. ``results.csv``: each row's seed count, the mean over its finished cells
-of every quality and speed column, and the 95% t-interval of each quality mean
-(``mean +- t(0.975, n - 1) x sd / sqrt(n)``, the quantiles below), from ``cells.csv``.
+(``<job>/record.json``), its measured speedups those of :func:`.speeds.published`.
+``results.csv``: each row's seed count, the mean over its finished cells of every quality and
+speed column (a speed's only where every cell has it), and the 95% t-interval of each quality
+mean (``mean +- t(0.975, n - 1) x sd / sqrt(n)``, the quantiles below), from ``cells.csv``.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -
             for suffix, value in (("_mean", mean), ("_ci95_low", low), ("_ci95_high", high)):
                 found.compare(where, metric + suffix, row.get(metric + suffix), value)
         for key in MEANS:  # a speed's mean only where every seed has it
-            values = [num(c.get(key)) for c in members]
-            mean = mean_interval(values)[0] if None not in values else None  # type: ignore[arg-type]
+            known = [x for x in (num(c.get(key)) for c in members) if x is not None]
+            mean = mean_interval(known)[0] if len(known) == len(members) else None
             found.compare(where, key, row.get(key), mean)
 
 

@@ -144,7 +144,13 @@ def search_trial(cfg: Any) -> tuple[float, float]:
         write_json_atomic(job / TRIAL_FILE, trial)
         return WORST
     scale = METRICS[metric]
-    speed = float(published_speedups(record["speed"])["measured_speedup_decode"])
+    measured = published_speedups(record["speed"])["measured_speedup_decode"]
+    if measured is None:
+        raise ValueError(
+            f"trial evaluation {path}: its record gives no measured decode speedup (not timed "
+            "against full, or written before its rounds were kept); delete it to evaluate again"
+        )
+    speed = float(measured)
     delta = scale * (float(record["summary"][metric]) - float(full["summary"][metric]))
     trial.update(
         status="ok",

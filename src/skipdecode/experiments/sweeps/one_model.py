@@ -10,7 +10,8 @@ seeds both have and the inputs (:func:`~.summaries.paired_deltas`), the t-interv
 per-seed differences with two or more paired seeds, and what they decide
 (:func:`~.summaries.decided`); and each side's measured decode and end-to-end speedups, each
 against the full model of its own training on the same batches and path, so the two are
-compared at the speed each measured (the page prints both).
+compared at the speed each measured (the page prints both where both records give them: one
+written before raw timings were kept gives no end-to-end speedup).
 
 Writes ``one_model.md`` and ``one_model.csv`` into the randomized model's folder, each whole or
 not at all (``--page NAME``: ``NAME.md`` and ``NAME.csv``, for a second comparison such as a
@@ -166,7 +167,9 @@ def format_page(rows: Sequence[Mapping[str, Any]], command: str, steps: tuple[st
         "inputs only), and the t-interval over per-seed differences where two or more seeds "
         "pair; *decided* says lower or higher only where every interval excludes 0. Speeds: "
         "each side's measured speedup against the full model of its own training, same batches "
-        "and path; the two sides are compared at the speed each measured.\n"
+        "and path; the two sides are compared at the speed each measured (a mean over seeds only "
+        "where every seed has it; a record written before raw timings were kept gives no "
+        "end-to-end speedup).\n"
     )
     return intro + "\n" + "\n".join(markdown_table(header, lines)) + "\n"
 

@@ -81,6 +81,9 @@ def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str
     if reuse and done and done.get("status") == "ok" and _find_export(train_dir):
         log.info("cell %s: reusing the trained model in %s", cell_dir.name, train_dir)
         return train_dir / "export", done, True
+    if not reuse:  # train again from the start: no checkpoint of an earlier run is resumed
+        shutil.rmtree(train_dir, ignore_errors=True)
+        (cell_dir / TRAIN_DONE).unlink(missing_ok=True)
     t0 = time.perf_counter()
     metrics, objects = train(_train_cfg(cfg, train_dir))
     best_ckpt = (objects or {}).get("best_ckpt") if isinstance(objects, Mapping) else objects
@@ -123,6 +126,8 @@ def _evaluate(
     if reuse and read_json_or_none(record):
         log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
         return record, True
+    if not reuse:  # nothing of an earlier evaluation (nor a restore's mark) stays beside the new
+        shutil.rmtree(eval_dir, ignore_errors=True)
     dataset = dict(c.get("dataset") or {})
     wandb_cfg = dict(c.get("wandb") or {})
     wandb_cfg.update(
