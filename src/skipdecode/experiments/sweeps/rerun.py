@@ -1,0 +1,139 @@
+"""Published cells trained and evaluated again from the current commit, so their records keep
+raw timings.
+
+A record written before raw timings were kept gives its decode speedup only from the rounds it
+kept and no end-to-end speedup (docs/METRICS.md), and a published cell keeps its record, not its
+trained model: the way to a record that keeps them is to train and evaluate the cell again. For
+each published job this runs the sweep command its ``cell.json`` recorded (its overrides) under
+the sweep name ``rerun_<folder>_<job>`` with ``sweep.reuse=false`` (no checkpoint resumed, no
+evaluation restored), checks that the rerun is the cell it replaces (the same cell id: the same
+training config), publishes the reruns into their folder with ``--update`` (each replaces the
+job of the same model, dataset, schedule and seed; publishing's dirty and busy checks apply) and
+rewrites every generated page (``make docs``). A job whose rerun already finished is not run
+again, so an interrupted command resumes where it stopped::
+
+    python -m skipdecode.experiments.sweeps.rerun results/scitldr_smollm2/1 results/scitldr_smollm2/3
+    python -m skipdecode.experiments.sweeps.rerun results/e2e_smollm2/e2e_smollm2_seeds-1 --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...io import read_json_or_none
+from .table import CELL_FILE
+
+__all__ = ["Rerun", "RerunError", "plan_rerun", "rerun"]
+
+SWEEPS = Path("outputs/sweep")
+
+
+class RerunError(RuntimeError):
+    """A job that cannot be rerun as asked."""
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """One published job and the sweep that trains and evaluates it again."""
+
+    job: Path
+    cell_id: str
+    overrides: tuple[str, ...]
+
+    @property
+    def folder(self) -> Path:
+        return self.job.parent
+
+    @property
+    def name(self) -> str:
+        return f"rerun_{self.folder.name}_{self.job.name}"
+
+    def sweep_dir(self, sweeps: Path = SWEEPS) -> Path:
+        return sweeps / self.name
+
+
+def plan_rerun(job: Path) -> Rerun:
+    """The rerun of a published job folder (``results/<folder>/<job>``), from its cell.json."""
+    cell = read_json_or_none(job / CELL_FILE)
+    if cell is None:
+        raise RerunError(f"job {str(job)!r}: no readable {CELL_FILE} (a published job folder?)")
+    if cell.get("status") != "ok" or not cell.get("cell_id"):
+        raise RerunError(
+            f"job {str(job)!r}: status {cell.get('status')!r}, cell id {cell.get('cell_id')!r}; "
+            "only a finished cell with its id can be rerun and checked"
+        )
+    overrides = [str(o) for o in cell.get("overrides") or []]
+    if not any(o.startswith("experiment=") for o in overrides):
+        raise RerunError(
+            f"job {str(job)!r}: its cell.json records no sweep command (overrides {overrides}); "
+            "rerun it with the command its results folder's README or Makefile target names"
+        )
+    kept = [o for o in overrides if not o.startswith(("sweep.name=", "sweep.reuse="))]
+    name = f"rerun_{job.parent.name}_{job.name}"
+    return Rerun(job, str(cell["cell_id"]), (*kept, f"sweep.name={name}", "sweep.reuse=false"))
+
+
+def _finished(run: Rerun, sweeps: Path) -> dict | None:
+    cells = [read_json_or_none(p) for p in sorted(run.sweep_dir(sweeps).glob(f"*/{CELL_FILE}"))]
+    return next((c for c in cells if c and c.get("status") == "ok"), None)
+
+
+def rerun(
+    jobs: Sequence[Path], dry_run: bool = False, sweeps: Path = SWEEPS, say=print
+) -> list[list[str]]:
+    """Rerun, check, publish and rewrite the pages (module doc); returns the commands run (with
+    ``dry_run``, the commands it would run, nothing run)."""
+    runs = [plan_rerun(Path(j)) for j in jobs]
+    ran: list[list[str]] = []
+
+    def call(module: str, *args: str) -> None:
+        cmd = [sys.executable, "-m", module, *args]
+        say(shlex.join(["python", *cmd[1:]]))
+        ran.append(cmd)
+        if not dry_run and subprocess.run(cmd, check=False).returncode:
+            raise RerunError(f"{shlex.join(cmd[1:])} failed")
+
+    for run in runs:
+        if _finished(run, sweeps) is not None:
+            say(f"# {run.job}: its rerun finished in {run.sweep_dir(sweeps)}")
+        else:
+            call("skipdecode.sweep", "-m", *run.overrides)
+    for run in runs if not dry_run else ():
+        cell = _finished(run, sweeps)
+        if cell is None:
+            raise RerunError(f"{run.job}: the rerun in {run.sweep_dir(sweeps)} did not finish")
+        if cell.get("cell_id") != run.cell_id:
+            raise RerunError(
+                f"{run.job}: the rerun trained cell {cell.get('cell_id')!r}, not the published "
+                f"{run.cell_id!r} (its training config differs now); nothing published"
+            )
+    for folder in dict.fromkeys(r.folder for r in runs):
+        names = [str(r.sweep_dir(sweeps)) for r in runs if r.folder == folder]
+        call("skipdecode.aggregate", *names, "--publish", str(folder), "--update")
+    for results in dict.fromkeys(r.folder.parent for r in runs):
+        call("skipdecode.experiments.sweeps.pages", str(results))
+    return ran
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("jobs", nargs="+", type=Path, help="published job folders: results/<f>/<job>")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = p.parse_args(argv)
+    try:
+        rerun(args.jobs, dry_run=args.dry_run)
+    except RerunError as e:
+        p.error(str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

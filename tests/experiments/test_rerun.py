@@ -1,0 +1,87 @@
+"""Published cells rerun from the current commit (``sweeps.rerun``): the command each job's
+cell.json recorded, under its own sweep name and without reuse; checked, then published."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from skipdecode.experiments.sweeps import rerun as rerun_module
+from skipdecode.experiments.sweeps.rerun import RerunError, plan_rerun, rerun
+
+CELL = {
+    "status": "ok",
+    "overrides": ["experiment=scitldr_smollm2", "sweep.name=pair", "seed=2", "schedule=target_2x"],
+    "cell_id": "ac8672a57f6f",
+}
+
+
+def _job(tmp_path: Path, name: str = "1", **changes) -> Path:
+    job = tmp_path / "results" / "scitldr" / name
+    job.mkdir(parents=True)
+    (job / "cell.json").write_text(json.dumps({**CELL, **changes}))
+    return job
+
+
+def test_a_rerun_is_the_recorded_command_under_its_own_name_without_reuse(tmp_path):
+    job = _job(tmp_path)
+    plan = plan_rerun(job)
+    assert plan.overrides == (
+        "experiment=scitldr_smollm2",
+        "seed=2",
+        "schedule=target_2x",
+        "sweep.name=rerun_scitldr_1",
+        "sweep.reuse=false",
+    )
+    lines = []
+    commands = rerun([job], dry_run=True, sweeps=tmp_path / "sweep", say=lines.append)
+    assert [c[2] for c in commands] == [
+        "skipdecode.sweep",
+        "skipdecode.aggregate",
+        "skipdecode.experiments.sweeps.pages",
+    ]
+    assert lines[1].endswith(f"rerun_scitldr_1 --publish {job.parent} --update")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"status": "failed"}, "only a finished cell with its id"),
+        ({"cell_id": None}, "only a finished cell with its id"),
+        ({"overrides": ["seed=1"]}, "records no sweep command"),
+    ],
+)
+def test_a_job_that_cannot_be_rerun_is_refused_and_says_why(tmp_path, changes, message):
+    with pytest.raises(RerunError, match=message):
+        plan_rerun(_job(tmp_path, **changes))
+    with pytest.raises(RerunError, match="no readable cell.json"):
+        plan_rerun(tmp_path / "results" / "scitldr" / "none")
+
+
+def test_a_rerun_of_another_cell_is_not_published_and_a_finished_one_is_not_run_again(
+    tmp_path, monkeypatch
+):
+    job, sweeps = _job(tmp_path), tmp_path / "sweep"
+    trained = {"cell_id": "0123456789ab"}
+    ran = []
+
+    def fake_run(cmd, check):
+        ran.append(cmd[2])
+        if cmd[2] == "skipdecode.sweep":  # the sweep writes its cell under its name
+            cell = sweeps / "rerun_scitldr_1" / "0" / "cell.json"
+            cell.parent.mkdir(parents=True, exist_ok=True)
+            cell.write_text(json.dumps({"status": "ok", **trained}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(rerun_module.subprocess, "run", fake_run)
+    with pytest.raises(RerunError, match="'0123456789ab', not the published 'ac8672a57f6f'"):
+        rerun([job], sweeps=sweeps, say=lambda _: None)
+    assert ran == ["skipdecode.sweep"]  # nothing published
+    trained["cell_id"] = CELL["cell_id"]
+    (sweeps / "rerun_scitldr_1" / "0" / "cell.json").write_text(json.dumps(CELL))
+    ran.clear()
+    rerun([job], sweeps=sweeps, say=lambda _: None)
+    assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
