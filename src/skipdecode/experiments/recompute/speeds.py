@@ -67,6 +67,11 @@ def recomputed_speeds(raw: Mapping[str, Any]) -> dict[str, Any]:
 _SELF = {"measured_speedup_decode": 1.0, "measured_speedup_e2e": 1.0}
 
 
+def _own_baseline(speed: Mapping[str, Any]) -> bool:
+    """Whether the record was timed against itself (full): its speedups are 1 by definition."""
+    return (speed.get("baseline") or {}).get("schedule") == "self"
+
+
 def published(record: Mapping[str, Any]) -> dict[str, Any]:
     """The decode and end-to-end speedups a table must show for this record: from its raw
     timings (the paired definition); 1 and 1 where its baseline is itself; else the median of
@@ -75,7 +80,7 @@ def published(record: Mapping[str, Any]) -> dict[str, Any]:
     got = recomputed_speeds(speed.get("raw") or {})
     if got:
         return dict(got["paired"])
-    if (speed.get("baseline") or {}).get("schedule") == "self":
+    if _own_baseline(speed):
         return dict(_SELF)
     out: dict[str, Any] = {"measured_speedup_decode": None, "measured_speedup_e2e": None}
     rounds = (speed.get("timing") or {}).get("measured_speedup_decode_per_repeat") or []
@@ -93,7 +98,7 @@ def check_speeds(records: list[tuple[Path, Mapping[str, Any]]]) -> Findings:
         if not raw and speed.get("measured_speedup_decode") is None:
             found.skip("evaluation records that publish no measured speedup (not timed)")
             continue
-        if (speed.get("baseline") or {}).get("schedule") == "self":  # 1 by definition
+        if _own_baseline(speed):
             for key, one in _SELF.items():
                 found.compare(str(path), f"{key} (its own baseline)", speed.get(key), one)
             continue

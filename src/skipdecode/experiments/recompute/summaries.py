@@ -17,8 +17,8 @@ difference as the mean of the per-seed differences, the t-interval over them, th
 paired bootstrap (METRICS.md: 1,000 draws from numpy's generator seeded 12345, inputs drawn for
 every seed at once, then the seeds; a per-input metric averaged over each draw's inputs, BLEU
 recomputed from each draw's summed statistics), what the intervals decide, and the mean
-measured speedups (only where every seed has one). ``extractive.csv``: each reference point's kept outputs
-(``extractive.jsonl.gz``) scored the same way against full's references, full - point over
+measured speedups (only where every seed has one). ``extractive.csv``: each reference point's
+kept outputs (``extractive.jsonl.gz``) scored the same way against full's references, full - point over
 full's seeds with the same intervals, and full's own row.
 """
 
@@ -37,7 +37,7 @@ from ...io import plain_or_gzipped, read_jsonl
 from .bleu import bleu_from_statistics, bleu_statistics, implemented
 from .findings import Findings
 from .rouge import rouge_scores
-from .tables import mean_interval
+from .tables import mean_interval, mean_interval_every
 
 __all__ = ["check_summaries"]
 
@@ -197,9 +197,10 @@ def _check_means(row: dict[str, str], cells: list, found: Findings, where: str, 
     found.compare(where, f"{prefix}seeds", row.get(f"{prefix}seeds"), seeds)
     for m in (*metrics, *(s for s in _SPEEDS if f"{prefix}{s}" in row)):
         values = [c.get(m) for c in cells]
-        mean, low, high = (None, None, None)
-        if m in metrics or None not in values:  # a speed's mean only where every seed has it
+        if m in metrics:
             mean, low, high = mean_interval([v for v in values if v is not None])
+        else:  # a speed's mean only where every seed has it
+            mean, low, high = mean_interval_every(values)
         for suffix, value in (("", mean), ("_ci95_low", low), ("_ci95_high", high)):
             found.compare(where, prefix + m + suffix, row.get(prefix + m + suffix), value)
     return metrics

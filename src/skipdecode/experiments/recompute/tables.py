@@ -18,7 +18,7 @@ from ..sweeps.table import num
 from .findings import Findings
 from .speeds import published
 
-__all__ = ["check_tables", "mean_interval", "T975"]
+__all__ = ["check_tables", "mean_interval", "mean_interval_every", "T975"]
 
 #: The 0.975 quantile of Student's t by degrees of freedom (enough for up to 11 seeds).
 T975 = {
@@ -60,6 +60,14 @@ def mean_interval(values: list[float]) -> tuple[float | None, float | None, floa
     return mean, mean - half, mean + half
 
 
+def mean_interval_every(values: list[float | None]) -> tuple[float | None, ...]:
+    """:func:`mean_interval` where every value is there, else nothing: a speed's mean over some
+    of a row's seeds would be printed beside all of their labels."""
+    if not values or None in values:
+        return None, None, None
+    return mean_interval([v for v in values if v is not None])
+
+
 def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
     for cell in cells:
         if cell.get("status") != "ok":
@@ -94,9 +102,8 @@ def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -
             mean, low, high = mean_interval(values)
             for suffix, value in (("_mean", mean), ("_ci95_low", low), ("_ci95_high", high)):
                 found.compare(where, metric + suffix, row.get(metric + suffix), value)
-        for key in MEANS:  # a speed's mean only where every seed has it
-            known = [x for x in (num(c.get(key)) for c in members) if x is not None]
-            mean = mean_interval(known)[0] if len(known) == len(members) else None
+        for key in MEANS:
+            mean = mean_interval_every([num(c.get(key)) for c in members])[0]
             found.compare(where, key, row.get(key), mean)
 
 

@@ -44,7 +44,7 @@ class Rerun:
 
     job: Path
     cell_id: str
-    overrides: tuple[str, ...]
+    recorded: tuple[str, ...]  # the job's sweep overrides, less its sweep name and reuse
 
     @property
     def folder(self) -> Path:
@@ -53,6 +53,10 @@ class Rerun:
     @property
     def name(self) -> str:
         return f"rerun_{self.folder.name}_{self.job.name}"
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        return (*self.recorded, f"sweep.name={self.name}", "sweep.reuse=false")
 
     def sweep_dir(self, sweeps: Path = SWEEPS) -> Path:
         return sweeps / self.name
@@ -74,9 +78,8 @@ def plan_rerun(job: Path) -> Rerun:
             f"job {str(job)!r}: its cell.json records no sweep command (overrides {overrides}); "
             "rerun it with the command its results folder's README or Makefile target names"
         )
-    kept = [o for o in overrides if not o.startswith(("sweep.name=", "sweep.reuse="))]
-    name = f"rerun_{job.parent.name}_{job.name}"
-    return Rerun(job, str(cell["cell_id"]), (*kept, f"sweep.name={name}", "sweep.reuse=false"))
+    kept = tuple(o for o in overrides if not o.startswith(("sweep.name=", "sweep.reuse=")))
+    return Rerun(job, str(cell["cell_id"]), kept)
 
 
 def _finished(run: Rerun, sweeps: Path) -> dict | None:
