@@ -50,6 +50,7 @@ from skipdecode.experiments.benchmarks.bench_tables import (
     write_bench,
 )
 from skipdecode.experiments.benchmarks.bench_workloads import ranked_draft_vocab, trained_dataset
+from skipdecode.experiments.benchmarks.spec_bench_tasks import TASKS, task_of
 from skipdecode.io import write_text_atomic
 from skipdecode.progress import progress
 from skipdecode.provenance import package_code
@@ -70,24 +71,8 @@ __all__ = [
 ]
 
 QUESTIONS = Path(__file__).parent / "workloads" / "spec_bench" / "question.jsonl"
-#: Spec-Bench's tasks; MT-bench's eight categories count as one (its ``speed.py``).
-MT_BENCH = (
-    "writing",
-    "roleplay",
-    "reasoning",
-    "math",
-    "coding",
-    "extraction",
-    "stem",
-    "humanities",
-)
-TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 #: The first 40 questions of each task are held out: ``self_distill`` trains on the rest.
 HELD_OUT = 40
-
-
-def task_of(category: str) -> str:
-    return "mt_bench" if category in MT_BENCH else category
 
 
 def load_questions(path: Path = QUESTIONS, per_task: int | None = None) -> list[dict[str, Any]]:

@@ -279,8 +279,8 @@ def compare_table(result: dict[str, Any], labels: tuple[str, str]) -> str:
         )
     lines += [
         "",
-        f"| task | questions | accepted, {base} | accepted, {mine} | difference "
-        f"| speedup, {base} | speedup, {mine} | difference |",
+        f"| task | questions | accepted, {base} | accepted, {mine} | accepted, difference "
+        f"| speedup, {base} | speedup, {mine} | speedup, difference |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for t in result["tasks"]:

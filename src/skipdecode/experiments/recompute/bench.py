@@ -15,13 +15,12 @@ digits, an empty cell where the record has none.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings
+from .findings import Findings, printed_as
 
 __all__ = ["check_bench"]
 
@@ -137,18 +136,6 @@ PAGE_COLUMNS = {
     "vs compiled generate": ("speedup_vs_transformers_generate_compiled",),
     "compile s": ("compile_s",),
 }
-_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?")
-
-
-def _printed_as(printed: str, values: list[Any]) -> bool:
-    """Whether a page cell prints exactly ``values`` (None: nothing), each at its own digits."""
-    shown = [v for v in values if v is not None]
-    found = list(_NUMBER.finditer(printed))
-    if len(found) != len(shown):
-        return False
-    return all(f"{float(v):.{len(m.group(1) or '')}f}" == m.group(0) for m, v in zip(found, shown))
-
-
 def _text_cells(r: Mapping[str, Any]) -> dict[str, str]:
     """The page's text columns: whether the tokens equal a reference's, and the flag."""
     same = r.get("tokens_equal_reference")
@@ -185,7 +172,7 @@ def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> N
             if column in cell:
                 values = [r.get(k) for k in keys]
                 found.checked += 1
-                if not _printed_as(cell[column], values):
+                if not printed_as(cell[column], values):
                     found.differences.append(f"{where}: {column} {cell[column]!r} != {values!r}")
         for column, text in _text_cells(r).items():
             if column in cell:

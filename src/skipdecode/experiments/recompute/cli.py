@@ -13,6 +13,7 @@ from .findings import Findings
 from .provenance import check_provenance
 from .quotes import check_quotes
 from .reach import check_reach
+from .spec_bench import check_spec_bench
 from .speeds import check_speeds
 from .summaries import check_summaries
 from .tables import check_tables
@@ -38,6 +39,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_tables(results),
         check_summaries(results),
         check_bench(results),
+        check_spec_bench(results),
         check_training(results),
         check_reach(results),
         check_quotes(results, root),

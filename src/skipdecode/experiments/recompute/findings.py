@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Findings", "close"]
+__all__ = ["Findings", "close", "printed_as"]
 
 #: Relative tolerance of a recomputed number against the published one (float arithmetic in
 #: another order; printed pages are compared at their printed digits instead).
@@ -24,6 +25,18 @@ def close(a: Any, b: Any, relative: float = RELATIVE) -> bool:
     if math.isnan(x) and math.isnan(y):
         return True
     return math.isclose(x, y, rel_tol=relative, abs_tol=1e-12)
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?")
+
+
+def printed_as(printed: str, values: list[Any]) -> bool:
+    """Whether a page cell prints exactly ``values`` (None: nothing), each at its own digits."""
+    shown = [v for v in values if v is not None]
+    found = list(_NUMBER.finditer(printed))
+    if len(found) != len(shown):
+        return False
+    return all(f"{float(v):.{len(m.group(1) or '')}f}" == m.group(0) for m, v in zip(found, shown))
 
 
 @dataclass
