@@ -91,6 +91,29 @@ def test_decode_bench_writes_complete_json(tmp_path):
         above = row.get("efficiency", 0) > 1.02
         assert above == ("measured above ideal" in row.get("flag", "")), name
     assert "| x bandwidth floor | x compute floor |" in (tmp_path / "smoke.md").read_text()
+    _audit_recomputes_from_raw(tmp_path, record)
+
+
+def _audit_recomputes_from_raw(tmp_path: Path, record: dict) -> None:
+    """Each variant keeps its timed calls' seconds; the audit's arithmetic gives the record's
+    figures from them, and catches a second that moved."""
+    from skipdecode.experiments.recompute.bench import check_bench
+
+    bench = tmp_path / "results" / "bench"
+    bench.mkdir(parents=True)
+    for variant in record["cells"][0]["variants"].values():
+        assert len(variant["raw"]["decode_s"]) == len(variant["raw"]["prefill_s"]) == 1
+    (bench / "decode-smoke.json").write_text(json.dumps(record))
+    found = check_bench(tmp_path / "results")
+    assert found.differences == [] and "decode variants without raw timings" not in str(
+        found.skipped
+    )
+    record["cells"][0]["variants"]["skipdecode-2x"]["raw"]["decode_s"][0] *= 1.01
+    (bench / "decode-smoke.json").write_text(json.dumps(record))
+    assert any(
+        "skipdecode-2x decode_ms_per_step (raw)" in d
+        for d in check_bench(tmp_path / "results").differences
+    )
 
 
 def test_train_bench_writes_complete_json(tmp_path):
@@ -187,6 +210,17 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
     assert 0 <= auto["turned_off"] + auto["started_off"] <= cell["batches"]
     table = (tmp_path / "spec.md").read_text()
     assert "| speculative-k2 |" in table and "speculative-k2-auto (off in " in table
+    for row in rows.values():  # every repeat's seconds kept: the audit recomputes the medians
+        assert len(row["decode_s_per_repeat"]) == 1
+        assert all(len(b["decode_s_per_repeat"]) == 1 for b in row["per_batch"])
+    from skipdecode.experiments.recompute.speculative import check_speculative
+
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    for suffix in (".json", ".md"):
+        name = f"speculative-smoke{suffix}"
+        (tmp_path / "results" / "bench" / name).write_text((tmp_path / f"spec{suffix}").read_text())
+    found = check_speculative(tmp_path / "results")
+    assert found.differences == [] and not found.skipped
     assert ("| compiled |" in table) is compile
 
 

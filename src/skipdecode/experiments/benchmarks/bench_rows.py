@@ -1,5 +1,5 @@
 """A decode cell's rows from its timed calls: per variant the median and quartiles of its ms per
-step, its throughput, its tokens against its reference's, its compile time apart; each row's
+step, its throughput (and the seconds of every timed call they come from), its tokens against its reference's, its compile time apart; each row's
 multiples of the device's floors; and the cost split of a full step."""
 
 from __future__ import annotations
@@ -40,6 +40,12 @@ def variant_rows(
             "decode_tokens_per_s": batch_size * steps / decode if decode > 0 else float("nan"),
             "layers_per_token": runs[0]["layers_per_token"],
             "compiled": name.endswith(compiled_suffixes),
+            # every timed call's seconds, in order: the figures above recompute from these
+            "raw": {
+                "steps": steps,
+                "prefill_s": [r["prefill_s"] for r in runs],
+                "decode_s": [r["decode_s"] for r in runs],
+            },
         }
         if "tokens_per_round" in runs[0]:  # the lossless rounds': measured in each run
             rows[name]["tokens_per_round"] = statistics.median(r["tokens_per_round"] for r in runs)

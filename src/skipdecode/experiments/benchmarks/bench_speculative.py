@@ -210,9 +210,14 @@ def _row(
         "ms_per_step_of_full": 1000 * decode / max(full_steps, 1),
         "tokens": runs[0]["tokens"],
         "speedup_vs_full": full_s / decode,
+        "decode_s_per_repeat": [r["decode_s"] for r in runs],  # decode_s is their median
         # per batch (at batch 1: per prompt), its decode time the median over the repeats
         "per_batch": [
-            {**first, "decode_s": statistics.median(r["batches"][i]["decode_s"] for r in runs)}
+            {
+                **first,
+                "decode_s": statistics.median(r["batches"][i]["decode_s"] for r in runs),
+                "decode_s_per_repeat": [r["batches"][i]["decode_s"] for r in runs],
+            }
             for i, first in enumerate(runs[0]["batches"])
         ],
     }

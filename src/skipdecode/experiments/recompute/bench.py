@@ -1,6 +1,8 @@
 """The decode benchmark's records and the GPU page recomputed from their timings.
 
-Own arithmetic on every ``results/bench/decode-*.json`` cell: each variant's speedup over a peer
+Own arithmetic on every ``results/bench/decode-*.json`` cell: where a variant keeps the seconds of
+its timed calls (``raw``), its prefill ms, its ms per decode step (median and quartiles, linear
+between order statistics) and its throughputs from them; each variant's speedup over a peer
 (``speedup_vs_<peer>``) is the peer's ms per decode step over the variant's; a SkipDecode
 variant's ``measured_speedup`` is its own path's full variant's ms over its own (``skipdecode-2x-
 graphs`` over ``skipdecode-full-graphs``); ``bandwidth_floor_multiple`` is ms over the floor's
@@ -40,11 +42,47 @@ def _full_of(name: str) -> str | None:
     return "-".join(["skipdecode", "full", *parts[2:]])
 
 
-def _check_cell(where: str, variants: Mapping[str, Any], found: Findings) -> None:
+def _at(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted values, linear between the order statistics."""
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _median(values: list[float]) -> float:
+    return _at(sorted(values), 0.5)
+
+
+def _check_raw(
+    where: str, cell: Mapping[str, Any], name: str, r: Mapping[str, Any], found: Findings
+) -> None:
+    """A variant's medians, quartiles and throughputs from the seconds of its timed calls."""
+    raw = r.get("raw")
+    if not raw:
+        found.skip("decode variants without raw timings (written before they were kept)")
+        return
+    steps, rows = raw["steps"], cell["batch_size"]
+    per_step = sorted(1000 * d / max(steps, 1) for d in raw["decode_s"])
+    prefill, decode = _median(raw["prefill_s"]), _median(raw["decode_s"])
+    for key, value in (
+        ("prefill_ms", 1000 * prefill),
+        ("decode_ms_per_step", _at(per_step, 0.5)),
+        ("decode_ms_q1", _at(per_step, 0.25)),
+        ("decode_ms_q3", _at(per_step, 0.75)),
+        ("tokens_per_s", rows * cell["new_tokens"] / (prefill + decode)),
+        ("decode_tokens_per_s", rows * steps / decode if decode > 0 else None),
+    ):
+        found.compare(where, f"{name} {key} (raw)", r.get(key), value)
+
+
+def _check_cell(where: str, cell: Mapping[str, Any], found: Findings) -> None:
+    variants = cell["variants"]
     for name, r in variants.items():
         ms = (r or {}).get("decode_ms_per_step")
         if not ms:
             continue
+        _check_raw(where, cell, name, r, found)
         for peer, key in PEERS:
             peer_ms = (variants.get(peer) or {}).get("decode_ms_per_step")
             if key in r and peer_ms:
@@ -136,6 +174,8 @@ PAGE_COLUMNS = {
     "vs compiled generate": ("speedup_vs_transformers_generate_compiled",),
     "compile s": ("compile_s",),
 }
+
+
 def _text_cells(r: Mapping[str, Any]) -> dict[str, str]:
     """The page's text columns: whether the tokens equal a reference's, and the flag."""
     same = r.get("tokens_equal_reference")
@@ -195,7 +235,7 @@ def check_bench(results: Path) -> Findings:
             continue
         for cell in cells:
             where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
-            _check_cell(where, cell["variants"], found)
+            _check_cell(where, cell, found)
         _check_own_page(path, record, found)
         args = record.get("args") or {}
         if args.get("cuda_graphs") == "True" and args.get("device") == "cuda":

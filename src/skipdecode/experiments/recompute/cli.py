@@ -14,6 +14,7 @@ from .provenance import check_provenance
 from .quotes import check_quotes
 from .reach import check_reach
 from .spec_bench import check_spec_bench
+from .speculative import check_speculative
 from .speeds import check_speeds
 from .summaries import check_summaries
 from .tables import check_tables
@@ -39,6 +40,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_tables(results),
         check_summaries(results),
         check_bench(results),
+        check_speculative(results),
         check_spec_bench(results),
         check_training(results),
         check_reach(results),

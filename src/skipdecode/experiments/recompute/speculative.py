@@ -1,0 +1,192 @@
+"""The lossless-mode benchmark's records and pages recomputed from their counts and seconds.
+
+Own arithmetic on every ``results/bench/speculative-*.json`` record of the benchmark (one with
+``cells``): in each cell, every variant's speedup over the full model (and over transformers'
+``generate`` where the record states one) is the full model's decode seconds (older records: ms
+per token) over the variant's; its ms per full-model step is its decode seconds over the full
+model's decode steps (summed over batches); its acceptance is the accepted drafts over the
+drafted ones and its tokens per verify the accepted drafts plus the row rounds over the row
+rounds, both summed over batches; its round's predicted speedup is the steps a round advances
+over the round's summed phases; where a variant keeps each repeat's seconds
+(``decode_s_per_repeat``, whole workload and per batch), its decode seconds are their median.
+Then the record's own page (``speculative-*.md``): each row, found by model, path, batch and
+variant, prints those figures at the printed digits, every variant appears once, the ``exact``
+column says whether its output was the full model's.
+
+A study's pages built from these records (the draft comparisons with their bootstrap
+intervals, ``speculative-b10-*.md`` without ``cells``) are counted apart, not recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..sweeps.excerpts import page_tables
+from .findings import Findings, printed_as
+
+__all__ = ["check_speculative"]
+
+_COUNTS = ("accepted", "drafted", "row_rounds")
+_OWN_PHASES = ("steps_per_round", "drafts_per_round")
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
+def _time_key(full: Mapping[str, Any]) -> str:
+    """The record's time figure: decode seconds, or (older records) ms per token."""
+    return "decode_s" if "decode_s" in full else "ms_per_token"
+
+
+def _check_variant(
+    where: str, r: Mapping[str, Any], variants: Mapping[str, Any], found: Findings
+) -> None:
+    full = variants["skipdecode-full"]
+    key = _time_key(full)
+    found.compare(where, "speedup_vs_full", r.get("speedup_vs_full"), full[key] / r[key])
+    if "speedup_vs_transformers" in r and "transformers-generate" in variants:
+        peer = variants["transformers-generate"][key]
+        found.compare(where, "speedup_vs_transformers", r["speedup_vs_transformers"], peer / r[key])
+    if full.get("per_batch"):
+        steps = sum(b["steps"] for b in full["per_batch"])
+        found.compare(
+            where,
+            "ms_per_step_of_full",
+            r.get("ms_per_step_of_full"),
+            1000 * r[key] / max(steps, 1),
+        )
+    if "decode_s_per_repeat" in r:
+        found.compare(where, "decode_s (median)", r["decode_s"], _median(r["decode_s_per_repeat"]))
+        for i, b in enumerate(r.get("per_batch") or []):
+            found.compare(
+                where, f"batch {i} decode_s", b["decode_s"], _median(b["decode_s_per_repeat"])
+            )
+    elif key == "decode_s":
+        found.skip(
+            "speculative variants without each repeat's seconds (written before they were kept)"
+        )
+    batches = r.get("per_batch") or []
+    if batches and "drafted" in batches[0]:
+        accepted, drafted, rounds = (sum(b[k] for b in batches) for k in _COUNTS)
+        found.compare(
+            where,
+            "acceptance_rate",
+            r.get("acceptance_rate"),
+            accepted / drafted if drafted else None,
+        )
+        found.compare(
+            where,
+            "tokens_per_verify",
+            r.get("tokens_per_verify"),
+            (accepted + rounds) / rounds if rounds else None,
+        )
+    cost = r.get("cost")
+    if cost:
+        total = sum(v for k, v in cost.items() if k.endswith("_per_round") and k not in _OWN_PHASES)
+        found.compare(
+            where,
+            "predicted_speedup",
+            cost.get("predicted_speedup"),
+            cost["steps_per_round"] / total if total else None,
+        )
+
+
+def _path(cell: Mapping[str, Any]) -> str:
+    if not cell.get("compiled"):
+        return "eager"
+    return "compiled, plan graphs" if cell.get("compile_graph") == "plan" else "compiled"
+
+
+def _printed(r: Mapping[str, Any]) -> dict[str, Any]:
+    """Each page column's figures (a list, printed in order) or text, for variant ``r``."""
+    cost = r.get("cost") or {}
+    share = cost.get("head_share_of_draft")
+    other = cost["accept_per_round"] + cost["bookkeeping_per_round"] if cost else None
+    budgets = [
+        x
+        for b, v in (r.get("acceptance_by_budget") or {}).items()
+        if v is not None
+        for x in (int(b), v)
+    ]
+    exact = r.get("identical_to_full")
+    return {
+        "acceptance": [r.get("acceptance_rate")],
+        "by draft budget": budgets,
+        "tokens/verify": [r.get("tokens_per_verify")],
+        "drafts/round": [cost.get("drafts_per_round")],
+        "draft pass (head share)": [cost.get("draft_pass"), None if share is None else 100 * share],
+        "verify": [cost.get("verify_per_round")],
+        "accept + bookkeeping": [other],
+        "predicted": [cost.get("predicted_speedup")],
+        "measured vs full": [r.get("speedup_vs_full")],
+        "vs full": [r.get("speedup_vs_full")],
+        "vs transformers": [r.get("speedup_vs_transformers")],
+        "ms/step of full": [r.get("ms_per_step_of_full")],
+        "ms/token": [r.get("ms_per_token")],
+        "layers/token": [r.get("layers_per_token")],
+        "exact": "" if exact is None else str(exact),
+    }
+
+
+def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
+    page = path.with_suffix(".md")
+    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    table = next((t for t in tables if {"batch", "variant"} <= set(t[0])), None)
+    if table is None:
+        found.differences.append(f"bench/{path.name}: no page with a variant table beside it")
+        return
+    header, rows = table
+    keys = [k for k in ("model", "path", "batch") if k in header]
+    expected: dict[tuple[str, ...], Mapping[str, Any]] = {}
+    for cell in record["cells"]:
+        at = {
+            "model": Path(cell["model"]).name,
+            "path": _path(cell),
+            "batch": str(cell["batch_size"]),
+        }
+        for name, r in cell["variants"].items():
+            expected[(*(at[k] for k in keys), name)] = r
+    seen = set()
+    for row in rows:
+        printed = dict(zip(header, row))
+        key = (*(printed[k] for k in keys), printed["variant"].split(" (")[0])
+        where = f"bench/{page.name} {' '.join(key)}"
+        if key in seen or key not in expected:
+            found.differences.append(f"{where}: a row {path.name} does not hold once")
+            continue
+        seen.add(key)
+        for column, want in _printed(expected[key]).items():
+            if column not in printed:
+                continue
+            found.checked += 1
+            shown = printed[column]
+            if (shown != want) if isinstance(want, str) else not printed_as(shown, want):
+                found.differences.append(f"{where}: {column} {shown!r} != {want!r}")
+    for key in sorted(set(expected) - seen):
+        found.differences.append(f"bench/{page.name}: no row for {' '.join(key)}")
+
+
+def check_speculative(results: Path) -> Findings:
+    """Every lossless-mode benchmark record's derived figures and its own page's rows."""
+    found = Findings("lossless benchmarks from their counts and seconds")
+    for path in sorted((results / "bench").glob("speculative-*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record.get("cells"), list):
+            found.skip(
+                "a study's pages built from these records (draft comparisons), not recomputed"
+            )
+            continue
+        for cell in record["cells"]:
+            variants = cell["variants"]
+            for name, r in variants.items():
+                _check_variant(
+                    f"bench/{path.name} batch {cell['batch_size']} {name}", r, variants, found
+                )
+        _check_page(path, record, found)
+    return found
