@@ -139,6 +139,19 @@ def test_train_bench_writes_complete_json(tmp_path):
     assert set(cell["variants"]) == {"full", "2x", "2x-masked"}
     for row in cell["variants"].values():
         assert row["tokens_per_s"] > 0 and row["step_ms"] > 0
+        assert len(row["step_s_per_repeat"]) == 1
+    # the audit recomputes the record and its page from each repeat's seconds
+    from skipdecode.experiments.recompute.bench import check_bench
+
+    bench = tmp_path / "results" / "bench"
+    bench.mkdir(parents=True)
+    for suffix in (".json", ".md"):
+        (bench / f"train-smoke{suffix}").write_text((tmp_path / f"train{suffix}").read_text())
+    found = check_bench(tmp_path / "results")
+    assert found.differences == [] and not found.skipped and found.checked == 3 * (3 + 3)
+    page = bench / "train-smoke.md"
+    page.write_text(page.read_text().replace("| 2x |", "| 3x |"))
+    assert any("no row for ('tiny', '2', '2x')" in d for d in check_bench(bench.parent).differences)
 
 
 @pytest.mark.slow  # an end-to-end run of its own: make test-slow

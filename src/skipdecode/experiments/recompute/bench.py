@@ -221,6 +221,67 @@ def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> N
         found.differences.append(f"bench/{page.name}: no row for {shape} batch {batch} {name}")
 
 
+_TRAIN_COLUMNS = {
+    "step ms": "step_ms",
+    "tokens/s": "tokens_per_s",
+    "speedup vs full": "speedup_vs_full",
+}
+
+
+def _check_training_bench(path: Path, record: Mapping[str, Any], found: Findings) -> None:
+    """A training-step benchmark (``train-*.json``): each variant's speedup over full from the
+    step times, its tokens/s from its step time and the cell's shape, its step time the median
+    of each repeat's where it keeps them; and every row of its page at the printed digits."""
+    expected = {}
+    for cell in record["cells"]:
+        variants, tokens = (
+            cell["variants"],
+            cell["batch_size"] * (cell["prompt_len"] + cell["target_len"]),
+        )
+        for name, r in variants.items():
+            where = f"bench/{path.name} {cell['shape']} batch {cell['batch_size']} {name}"
+            found.compare(
+                where,
+                "speedup_vs_full",
+                r["speedup_vs_full"],
+                variants["full"]["step_ms"] / r["step_ms"],
+            )
+            found.compare(where, "tokens_per_s", r["tokens_per_s"], tokens / (r["step_ms"] / 1000))
+            if "step_s_per_repeat" in r:
+                found.compare(
+                    where, "step_ms (median)", r["step_ms"], 1000 * _median(r["step_s_per_repeat"])
+                )
+            else:
+                found.skip(
+                    "training-step variants without each repeat's seconds (written before they were kept)"
+                )
+            expected[(cell["shape"], str(cell["batch_size"]), name)] = r
+    page = path.with_suffix(".md")
+    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    if not tables:
+        found.differences.append(f"bench/{path.name}: no page with a table beside it")
+        return
+    header, rows = tables[0]
+    seen = set()
+    for row in rows:
+        printed = dict(zip(header, row))
+        key = (printed.get("shape"), printed.get("batch"), printed.get("variant"))
+        if key in seen or key not in expected:
+            found.differences.append(
+                f"bench/{page.name} {key}: a row {path.name} does not hold once"
+            )
+            continue
+        seen.add(key)
+        for column, field in _TRAIN_COLUMNS.items():
+            found.checked += 1
+            if not printed_as(printed.get(column, ""), [expected[key][field]]):
+                found.differences.append(
+                    f"bench/{page.name} {key}: {column} {printed.get(column)!r}"
+                )
+    for key in sorted(set(expected) - seen):
+        found.differences.append(f"bench/{page.name}: no row for {key}")
+
+
 def check_bench(results: Path) -> Findings:
     """Every decode benchmark record's derived figures, its own page's rows, and the GPU
     page's cells."""
@@ -240,4 +301,6 @@ def check_bench(results: Path) -> Findings:
         args = record.get("args") or {}
         if args.get("cuda_graphs") == "True" and args.get("device") == "cuda":
             _check_page(page, path, record, found)
+    for path in sorted((results / "bench").glob("train-*.json")):
+        _check_training_bench(path, json.loads(path.read_text(encoding="utf-8")), found)
     return found
