@@ -1,17 +1,17 @@
 """The decode benchmark's records and the GPU page recomputed from their timings.
 
-Own arithmetic on every ``results/bench/decode-*.json`` cell: where a variant keeps the seconds of
-its timed calls (``raw``), its prefill ms, its ms per decode step (median and quartiles, linear
-between order statistics) and its throughputs from them; each variant's speedup over a peer
-(``speedup_vs_<peer>``) is the peer's ms per decode step over the variant's; a SkipDecode
-variant's ``measured_speedup`` is its own path's full variant's ms over its own (``skipdecode-2x-
-graphs`` over ``skipdecode-full-graphs``); ``bandwidth_floor_multiple`` is ms over the floor's
-ms. Then the GPU page (``bench/decode-gpu.md``, the CUDA-graph records): every variant's cell in
-its record's section reads ``<ms> ms, <multiple>x floor, **<speedup>x**`` at the printed digits,
-the speedup over the peer the page names (the compiled one-token loop, else compiled
-``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md`` beside its
-record): each row's figures, found by shape, batch and variant, are its record's at the printed
-digits, an empty cell where the record has none.
+Own arithmetic on every decode benchmark cell (``results/bench/decode-*.json``, ``where-*.json``):
+where a variant keeps the seconds of its timed calls (``raw``), its prefill ms, its ms per decode
+step (median and quartiles, linear between order statistics) and its throughputs from them; each
+variant's speedup over a peer (``speedup_vs_<peer>``) is the peer's ms per decode step over the
+variant's; a SkipDecode variant's ``measured_speedup`` is its own path's full variant's ms over its
+own (``skipdecode-2x-graphs`` over ``skipdecode-full-graphs``); ``bandwidth_floor_multiple`` is ms
+over the floor's ms. Then the GPU page (``bench/decode-gpu.md``, the CUDA-graph records): every
+variant's cell in its record's section reads ``<ms> ms, <multiple>x floor, **<speedup>x**`` at the
+printed digits, the speedup over the peer the page names (the compiled one-token loop, else
+compiled ``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md``
+beside its record, and ``where-*.md``): each row's figures, found by shape, batch and variant, are
+its record's at the printed digits, an empty cell where the record has none.
 """
 
 from __future__ import annotations
@@ -288,7 +288,8 @@ def check_bench(results: Path) -> Findings:
     found = Findings("benchmarks from their timings")
     page_path = results / "bench" / "decode-gpu.md"
     page = page_path.read_text(encoding="utf-8") if page_path.is_file() else ""
-    for path in sorted((results / "bench").glob("decode-*.json")):
+    decode = [*(results / "bench").glob("decode-*.json"), *(results / "bench").glob("where-*.json")]
+    for path in sorted(decode):
         record = json.loads(path.read_text(encoding="utf-8"))
         cells = record.get("cells") if isinstance(record, dict) else None
         if not isinstance(cells, list) or not all("variants" in c for c in cells):
