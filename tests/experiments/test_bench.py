@@ -108,6 +108,10 @@ def _audit_recomputes_from_raw(tmp_path: Path, record: dict) -> None:
     assert found.differences == [] and "decode variants without raw timings" not in str(
         found.skipped
     )
+    from skipdecode.experiments.recompute.split import check_splits
+
+    found = check_splits(tmp_path / "results")  # the split and the ideal speedups it predicts
+    assert found.differences == [] and found.checked > 10 and not found.skipped
     record["cells"][0]["variants"]["skipdecode-2x"]["raw"]["decode_s"][0] *= 1.01
     (bench / "decode-smoke.json").write_text(json.dumps(record))
     assert any(

@@ -34,7 +34,7 @@ from ...models.shapes import SHAPES, build_random_model, device_name, random_pro
 from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
-from .bench_rows import add_floors, cost_split_of, variant_rows
+from .bench_rows import add_floors, cost_split_of, path_split_of, variant_rows
 from .bench_speedups import derive_speedups, flag_batches
 from .bench_step_graphs import step_graph_costs
 from .bench_tables import (
@@ -142,16 +142,13 @@ def bench_decode(
 def _compiled_parts(
     decoders: dict[str, SkipDecoder], splits: dict[str, dict[str, float]], plan_graphs: bool
 ) -> dict[str, Any]:
-    """What a cell records of its compiled path: the cost split outside the layers and the head,
-    and the GEMM form of each small-row product its graphs were written with."""
+    """What a cell records of its other paths: each one's cost split outside the layers and the
+    head (``cost_split_compiled``, ``cost_split_graphs``: the ideal speedups of its variants
+    follow from it), and the GEMM form of each small-row product its graphs were written with."""
     compiled = decoders.get("-compiled")
     return {
-        "cost_split_compiled": None
-        if "-compiled" not in splits
-        else {
-            "non_layer_ms": 1000 * splits["-compiled"]["non_layer_s"],
-            "head_ms": 1000 * splits["-compiled"]["head_s"],
-        },
+        "cost_split_compiled": None,  # none where the compiled path was not timed
+        **{f"cost_split{s.replace('-', '_')}": path_split_of(v) for s, v in splits.items() if s},
         "matmul_forms": None if compiled is None else compiled.compiled.forms.table(),
         "plan_graphs": compiled is not None and plan_graphs,
     }

@@ -13,7 +13,7 @@ from ...core.floor import DeviceLimits, step_floor_seconds
 from .bench_speedups import reference_of
 from .bench_timing import quartiles
 
-__all__ = ["add_floors", "cost_split_of", "variant_rows"]
+__all__ = ["add_floors", "cost_split_of", "path_split_of", "variant_rows"]
 
 
 def variant_rows(
@@ -97,3 +97,9 @@ def cost_split_of(split: dict[str, float], full: float, layers: int) -> dict[str
         "head_fraction": min(split["head_s"], full) / full,
         "overhead_fraction": max(other - split["head_s"], 0.0) / full,
     }
+
+
+def path_split_of(split: dict[str, float]) -> dict[str, float]:
+    """A path's split as a cell keeps it beside the eager one: the time outside the layers and
+    the head's (ms); its shares follow from its own full variant's ms per step."""
+    return {"non_layer_ms": 1000 * split["non_layer_s"], "head_ms": 1000 * split["head_s"]}

@@ -16,6 +16,7 @@ from .reach import check_reach
 from .spec_bench import check_spec_bench
 from .speculative import check_speculative
 from .speeds import check_speeds
+from .split import check_splits
 from .summaries import check_summaries
 from .tables import check_tables
 from .training import check_training
@@ -40,6 +41,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_tables(results),
         check_summaries(results),
         check_bench(results),
+        check_splits(results),
         check_speculative(results),
         check_spec_bench(results),
         check_training(results),

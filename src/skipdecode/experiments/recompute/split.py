@@ -1,0 +1,159 @@
+"""A decode record's cost split, what it predicts, and the where-skipping-pays pages, recomputed.
+
+Own arithmetic on every decode benchmark cell (``results/bench/decode-*.json``,
+``where-*.json``) that keeps a cost split of a full step (``cost_split``: the eager path;
+``cost_split_<path>``: another path's): the split's shares (outside the layers, the head, the
+rest of what lies outside) over its full step, and its time a layer (the full step less the time
+outside, over the layers); the full step is the path's full variant's ms per step. Each
+SkipDecode variant's theoretical speedup is the layers over its layers per token; its ideal
+speedup, from its path's split, is full / (outside + m x (full - outside) / L) for ``m`` layers a
+token; its efficiency, measured over ideal; its multiples of the floors, its ms over each
+floor's. Then each ``<stem>-split.md`` page ``make docs`` writes from such a record: every row,
+found by shape and batch, prints those figures at the printed digits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..sweeps.excerpts import page_tables
+from .findings import Findings, printed_as
+
+__all__ = ["check_splits"]
+
+
+def _path_of(name: str) -> str:
+    """``skipdecode-2x-compiled`` -> ``-compiled``; ``skipdecode-full`` -> ``""``."""
+    parts = name.split("-")
+    return "".join(f"-{p}" for p in parts[2:])
+
+
+def _split_of(cell: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    return cell.get("cost_split" + path.replace("-", "_"))
+
+
+def _step_and_outside(cell: Mapping[str, Any], path: str) -> tuple[float, float] | None:
+    """The path's full step (its full variant's ms per step) and the time outside the layers
+    (the split's, capped at the step), or None without both."""
+    split = _split_of(cell, path)
+    full = (cell["variants"].get(f"skipdecode-full{path}") or {}).get("decode_ms_per_step")
+    if not split or full is None:
+        return None
+    return full, min(split["non_layer_ms"], full)
+
+
+def _check_split(where: str, cell: Mapping[str, Any], path: str, found: Findings) -> None:
+    got = _step_and_outside(cell, path)
+    if got is None:
+        return
+    (step, outside), split = got, _split_of(cell, path)
+    head = split["head_ms"]
+    where = f"{where} cost_split{path.replace('-', '_')}"
+    for key, value in (
+        ("full_step_ms", step),
+        ("non_layer_fraction", outside / step),
+        ("head_fraction", min(head, step) / step),
+        ("overhead_fraction", max(outside - head, 0.0) / step),
+        ("per_layer_ms", (step - outside) / cell["num_layers"]),
+    ):
+        if key in split:
+            found.compare(where, key, split[key], value)
+
+
+def _check_variant(
+    where: str, cell: Mapping[str, Any], name: str, r: Mapping[str, Any], found: Findings
+) -> None:
+    where, layers, ms = f"{where} {name}", cell["num_layers"], r["decode_ms_per_step"]
+    if r.get("theoretical_speedup") is not None:
+        found.compare(
+            where, "theoretical_speedup", r["theoretical_speedup"], layers / r["layers_per_token"]
+        )
+    got = _step_and_outside(cell, _path_of(name))
+    if r.get("ideal_speedup") is not None:
+        if got is None:
+            found.skip(
+                "ideal speedups of a path whose cost split the record does not keep "
+                "(CUDA-graph paths, written before every path's split was kept)"
+            )
+            return
+        step, outside = got
+        ideal = step / (outside + r["layers_per_token"] * (step - outside) / layers)
+        found.compare(where, "ideal_speedup", r["ideal_speedup"], ideal)
+        found.compare(where, "efficiency", r.get("efficiency"), r["measured_speedup"] / ideal)
+    for floor in ("floor", "compute_floor"):
+        if r.get(f"{floor}_ms"):
+            found.compare(
+                where, f"{floor}_multiple", r.get(f"{floor}_multiple"), ms / r[f"{floor}_ms"]
+            )
+
+
+def _page_row(cell: Mapping[str, Any], speedups: list[str]) -> dict[str, list[Any]]:
+    split, variants = cell["cost_split"], cell["variants"]
+    full = variants["skipdecode-full"]
+    generate = variants.get("transformers-generate") or {}
+    row = {
+        "full step ms": [split["full_step_ms"]],
+        "`generate` eager ms": [generate.get("decode_ms_per_step")],
+        "bandwidth floor ms": [full.get("bandwidth_floor_ms", full.get("floor_ms"))],
+        "outside the layers (LM head)": [
+            100 * split["non_layer_ms"] / split["full_step_ms"],
+            100 * split["head_ms"] / split["full_step_ms"],
+        ],
+        "ceiling": [split["full_step_ms"] / split["non_layer_ms"]],
+    }
+    for s in speedups:
+        v = variants.get(f"skipdecode-{s}x") or {}
+        row[f"{s}x: measured (ideal)"] = [v.get("measured_speedup"), v.get("ideal_speedup")]
+    return row
+
+
+def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
+    page = path.with_name(f"{path.stem}-split.md")
+    if not page.is_file():
+        return
+    tables = page_tables(page.read_text(encoding="utf-8"))
+    speedups = [str(s) for s in json.loads(record["args"]["speedups"])]
+    expected = {(c["shape"], str(c["batch_size"])): _page_row(c, speedups) for c in record["cells"]}
+    header, rows = tables[0] if tables else ([], [])
+    seen = set()
+    for row in rows:
+        printed = dict(zip(header, row))
+        key = (printed.get("shape"), printed.get("batch"))
+        if key in seen or key not in expected:
+            found.differences.append(
+                f"bench/{page.name} {key}: a row {path.name} does not hold once"
+            )
+            continue
+        seen.add(key)
+        for column, values in expected[key].items():
+            found.checked += 1
+            if not printed_as(printed.get(column, ""), values):
+                found.differences.append(
+                    f"bench/{page.name} {key}: {column} {printed.get(column)!r} != {values!r}"
+                )
+    for key in sorted(set(expected) - seen):
+        found.differences.append(f"bench/{page.name}: no row for {key}")
+
+
+def check_splits(results: Path) -> Findings:
+    """Every decode record's cost splits and the speedups they predict, and its split page."""
+    found = Findings("cost splits and what they predict")
+    bench = results / "bench"
+    for path in sorted([*bench.glob("decode-*.json"), *bench.glob("where-*.json")]):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        cells = record.get("cells") if isinstance(record, dict) else None
+        if not isinstance(cells, list) or not all("variants" in c for c in cells):
+            continue
+        for cell in cells:
+            where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
+            for path_name in {_path_of(n) for n in cell["variants"] if n.startswith("skipdecode-")}:
+                _check_split(where, cell, path_name, found)
+            for name, r in cell["variants"].items():
+                if (r or {}).get("decode_ms_per_step"):
+                    _check_variant(where, cell, name, r, found)
+        if any("cost_split" in c for c in cells):
+            _check_page(path, record, found)
+    return found

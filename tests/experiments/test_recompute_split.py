@@ -1,0 +1,53 @@
+"""``make audit`` on the decode records' cost splits: the shares, the time a layer, the ideal
+speedups they predict and the where-skipping-pays page recompute, and a planted defect is
+caught."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skipdecode.experiments.recompute.split import check_splits
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+NAME = "where-skipping-pays-cpu"
+
+
+@pytest.fixture
+def bench(tmp_path) -> Path:
+    out = tmp_path / "results" / "bench"
+    out.mkdir(parents=True)
+    for page in (f"{NAME}.json", f"{NAME}.md", f"{NAME}-split.md"):
+        shutil.copy(RESULTS / "bench" / page, out / page)
+    found = check_splits(tmp_path / "results")
+    assert found.differences == [] and found.checked > 100
+    return out
+
+
+def test_the_committed_cost_splits_recompute():
+    found = check_splits(RESULTS)
+    assert found.differences == [] and found.checked > 1000
+
+
+def test_a_split_that_does_not_give_its_shares_or_ideal_speedups_is_caught(bench):
+    path = bench / f"{NAME}.json"
+    record = json.loads(path.read_text())
+    record["cells"][0]["cost_split"]["non_layer_ms"] *= 1.1
+    path.write_text(json.dumps(record))
+    differences = check_splits(bench.parent).differences
+    for what in ("non_layer_fraction", "per_layer_ms", "skipdecode-2x: ideal_speedup"):
+        assert any(what in d for d in differences), what
+    assert any(f"{NAME}-split.md ('smollm2-135m', '1'): ceiling" in d for d in differences)
+
+
+def test_a_split_page_cell_its_record_does_not_give_is_caught(bench):
+    page = bench / f"{NAME}-split.md"
+    text = page.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| smollm2-135m | 8 |"))
+    cells = row.split(" | ")
+    cells[6] = "9.9x"  # the ceiling
+    page.write_text(text.replace(row, " | ".join(cells)))
+    assert any("ceiling '9.9x'" in d for d in check_splits(bench.parent).differences)
