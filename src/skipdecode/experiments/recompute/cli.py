@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench import check_bench
+from .drafts import check_drafts
 from .findings import Findings
 from .provenance import check_provenance
 from .quotes import check_quotes
@@ -43,6 +44,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_bench(results),
         check_splits(results),
         check_speculative(results),
+        check_drafts(results),
         check_spec_bench(results),
         check_training(results),
         check_reach(results),
