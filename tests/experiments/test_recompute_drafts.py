@@ -54,3 +54,26 @@ def test_a_misplaced_chosen_mark_or_interval_is_caught(bench):
     row = next(line for line in text.splitlines() if line.startswith("| 8 | +"))  # against 8
     page.write_text(text.replace(row, row.replace("[+", "[-", 1)))
     assert any("against 8:" in d for d in check_drafts(bench.parent).differences)
+
+
+def test_a_seed_comparison_its_runs_do_not_give_is_caught(tmp_path):
+    seeds = "speculative-b10-shape-seeds"
+    out = tmp_path / "results" / "bench"
+    out.mkdir(parents=True)
+    record = json.loads((RESULTS / "bench" / f"{seeds}.json").read_text())
+    for name in [*record["first"], *record["second"], f"results/bench/{seeds}.json"]:
+        shutil.copy(RESULTS.parent / name, out / Path(name).name)
+    shutil.copy(RESULTS / "bench" / f"{seeds}.md", out / f"{seeds}.md")
+    assert check_drafts(tmp_path / "results").differences == []
+    page = out / f"{seeds}.md"
+    text = page.read_text()
+    t_low = text.split("own differences [")[1].split(",")[0]
+    page.write_text(text.replace(f"own differences [{t_low},", "own differences [+0.001,"))
+    assert any("the intervals read" in d for d in check_drafts(tmp_path / "results").differences)
+    page.write_text(text)
+    first = out / Path(record["first"][1]).name
+    run = json.loads(first.read_text())
+    cell = next(c for c in run["cells"] if c["batch_size"] == 1)
+    cell["variants"]["speculative-k2"]["per_batch"][0]["accepted"] += 5
+    first.write_text(json.dumps(run))
+    assert any("seed 2:" in d for d in check_drafts(tmp_path / "results").differences)

@@ -11,7 +11,10 @@ highest measured speedup of its batch size. At batch 1 (a prompt a batch) the ch
 against each other draft: tokens per verify at the chosen k and speedup at that draft's own best
 k, each pooled over the prompts (tokens over verify rounds; the full model's seconds over the
 draft's), the difference with the 2.5th and 97.5th percentiles over prompts drawn with
-replacement (numpy's generator seeded 12345, the same draws for both sides).
+replacement (numpy's generator seeded 12345, the same draws for both sides). And two drafts
+compared over training seeds (a record naming ``first`` and ``second`` runs, ``make study
+NAME=speculative_b10_seed``): each seed's tokens per verify, their differences and mean, the
+two-level paired bootstrap over inputs and seeds, and the t-interval over the seeds.
 """
 
 from __future__ import annotations
@@ -26,11 +29,18 @@ import numpy as np
 
 from ..sweeps.excerpts import page_tables
 from .findings import Findings, printed_as
+from .tables import mean_interval
 
 __all__ = ["check_drafts"]
 
 SEED = 12345
 _K = re.compile(r"speculative-k(\d+)")
+_SIGNED = r"([+-]\d+\.\d+)"
+#: The seeds page's sentence: the mean difference [bootstrap], then the seeds' t-interval.
+_INTERVALS = re.compile(
+    rf"minus [^:]*: {_SIGNED} \[{_SIGNED}, {_SIGNED}\].*?own differences \[{_SIGNED}, {_SIGNED}\]",
+    re.S,
+)
 
 
 def _ks(cell: Mapping[str, Any]) -> list[int]:
@@ -157,6 +167,57 @@ def _check_comparison(path: Path, record: Mapping[str, Any], root: Path, found: 
                 )
 
 
+def _check_seeds(path: Path, record: Mapping[str, Any], root: Path, found: Findings) -> None:
+    """Two drafts over training seeds: each seed's batch-1 tokens per verify at ``k`` pooled over
+    the inputs, their differences, the mean with the two-level paired bootstrap (inputs and
+    seeds drawn, seed s with seed s) and the t-interval over the seeds."""
+    k, resamples = int(record["k"]), int(record["resamples"])
+    sides = []
+    for paths in (record["first"], record["second"]):
+        runs = [json.loads((root / p).read_text(encoding="utf-8")) for p in paths]
+        sides.append(
+            [_prompts(next(c for c in r["cells"] if c["batch_size"] == 1), k) for r in runs]
+        )
+    first, second = sides
+    n, seeds = len(first[0]["tokens"]), len(first)
+    every = np.arange(n)[None]
+    whole = [[float(_pooled(x, every, "tokens")[0]) for x in side] for side in sides]
+    per_seed = [x - y for x, y in zip(*whole)]
+    rng = np.random.default_rng(SEED)
+    rows = rng.integers(0, n, size=(resamples, n))
+    picked = rng.integers(0, seeds, size=(resamples, seeds))
+    weights = np.stack([np.bincount(p, minlength=seeds) for p in picked]) / seeds
+    drawn = np.stack(
+        [_pooled(x, rows, "tokens") - _pooled(y, rows, "tokens") for x, y in zip(first, second)], 1
+    )
+    low, high = np.percentile((drawn * weights).sum(1), [2.5, 97.5])
+    mean, t_low, t_high = mean_interval(per_seed)
+    page = path.with_suffix(".md")
+    text = page.read_text(encoding="utf-8") if page.is_file() else ""
+    tables = page_tables(text)
+    if not tables:
+        found.differences.append(f"bench/{path.name}: no page with a table beside it")
+        return
+    want = [[x, y, d] for x, y, d in zip(*whole, per_seed)]
+    want.append([float(np.mean(whole[0])), float(np.mean(whole[1])), mean])
+    printed = tables[0][1]
+    if len(printed) != len(want):
+        found.differences.append(
+            f"bench/{page.name}: {len(printed)} rows, the records give {len(want)}"
+        )
+    for row, values in zip(printed, want):
+        for cell, value in zip(row[1:], values):
+            found.checked += 1
+            if not printed_as(cell, [value]):
+                found.differences.append(f"bench/{page.name} seed {row[0]}: {cell!r} != {value!r}")
+    quoted = _INTERVALS.search(text)
+    found.checked += 1
+    if not quoted or not printed_as(" ".join(quoted.groups()), [mean, low, high, t_low, t_high]):
+        found.differences.append(
+            f"bench/{page.name}: the intervals read {quoted and quoted.groups()}"
+        )
+
+
 def check_drafts(results: Path) -> Findings:
     """Every draft comparison page, from the benchmark records it names."""
     found = Findings("draft comparisons from their benchmark records")
@@ -165,8 +226,10 @@ def check_drafts(results: Path) -> Findings:
         record = json.loads(path.read_text(encoding="utf-8"))
         if "runs" in record and "batches" in record:
             _check_comparison(path, record, root, found)
+        elif "per_seed_difference" in record:
+            _check_seeds(path, record, root, found)
         elif "cells" not in record:
-            found.skip(
-                "a study's pages of another layout (training seeds' differences), not recomputed"
+            found.differences.append(
+                f"bench/{path.name}: a page of a layout the audit does not know"
             )
     return found
