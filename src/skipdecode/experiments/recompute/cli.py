@@ -11,6 +11,7 @@ from typing import Any
 from .bench import check_bench
 from .drafts import check_drafts
 from .findings import Findings
+from .matched import check_matched
 from .provenance import check_provenance
 from .quotes import check_quotes
 from .reach import check_reach
@@ -40,6 +41,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_provenance(results, root),
         check_speeds(_evaluation_records(results)),
         check_tables(results),
+        check_matched(results),
         check_summaries(results),
         check_bench(results),
         check_splits(results),
