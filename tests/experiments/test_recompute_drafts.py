@@ -49,8 +49,8 @@ def test_a_misplaced_chosen_mark_or_interval_is_caught(bench):
     )
     page.write_text(moved)
     differences = check_drafts(bench.parent).differences
-    assert any("('1', '10', '2') chosen" in d for d in differences)
-    assert any("('1', '8', '2') chosen" in d for d in differences)
+    assert any("1 10 2: k '2' != '2 (chosen)'" in d for d in differences)
+    assert any("1 8 2: k '2 (chosen)' != '2'" in d for d in differences)
     row = next(line for line in text.splitlines() if line.startswith("| 8 | +"))  # against 8
     page.write_text(text.replace(row, row.replace("[+", "[-", 1)))
     assert any("against 8:" in d for d in check_drafts(bench.parent).differences)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, printed_as
+from .findings import Findings, check_rows
 
 __all__ = ["check_bench"]
 
@@ -183,6 +183,10 @@ def _text_cells(r: Mapping[str, Any]) -> dict[str, str]:
     return {"tokens = reference": tokens, "flag": str(r.get("flag") or "")}
 
 
+def _shape_batch_variant(row: dict[str, str]) -> tuple[str, ...]:
+    return (row.get("shape", ""), row.get("batch", ""), row.get("variant", ""))
+
+
 def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
     """The benchmark's page beside its record: its variant table has one row per variant of
     every cell of the record, each printing the record's figures."""
@@ -196,29 +200,14 @@ def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> N
     if table is None:
         found.skip("bench pages without a variant table")
         return
-    header, rows = table
-    expected = {(*key, name) for key, c in cells.items() for name in c.get("variants", {})}
-    seen: set[tuple[str, ...]] = set()
-    for row in rows:
-        cell = dict(zip(header, row))
-        key = (cell["shape"], cell["batch"], cell["variant"])
-        where = f"bench/{page.name} {key[0]} batch {key[1]} {key[2]}"
-        if key in seen or key not in expected:
-            found.differences.append(f"{where}: a row {path.name} does not hold once")
-            continue
-        seen.add(key)
-        r = cells[key[:2]]["variants"][key[2]] or {}
-        for column, keys in PAGE_COLUMNS.items():
-            if column in cell:
-                values = [r.get(k) for k in keys]
-                found.checked += 1
-                if not printed_as(cell[column], values):
-                    found.differences.append(f"{where}: {column} {cell[column]!r} != {values!r}")
-        for column, text in _text_cells(r).items():
-            if column in cell:
-                found.compare(where, column, cell[column], text)
-    for shape, batch, name in sorted(expected - seen):
-        found.differences.append(f"bench/{page.name}: no row for {shape} batch {batch} {name}")
+    header = table[0]
+    expected = {}
+    for (shape, batch), c in cells.items():
+        for name, r in (c.get("variants") or {}).items():
+            printed = {col: [(r or {}).get(k) for k in keys] for col, keys in PAGE_COLUMNS.items()}
+            printed |= _text_cells(r or {})
+            expected[(shape, batch, name)] = {k: v for k, v in printed.items() if k in header}
+    check_rows(found, f"bench/{page.name}", table, expected, _shape_batch_variant)
 
 
 _TRAIN_COLUMNS = {
@@ -255,31 +244,14 @@ def _check_training_bench(path: Path, record: Mapping[str, Any], found: Findings
                 found.skip(
                     "training-step variants without each repeat's seconds (written before they were kept)"
                 )
-            expected[(cell["shape"], str(cell["batch_size"]), name)] = r
+            printed = {column: [r[field]] for column, field in _TRAIN_COLUMNS.items()}
+            expected[(cell["shape"], str(cell["batch_size"]), name)] = printed
     page = path.with_suffix(".md")
     tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
     if not tables:
         found.differences.append(f"bench/{path.name}: no page with a table beside it")
         return
-    header, rows = tables[0]
-    seen = set()
-    for row in rows:
-        printed = dict(zip(header, row))
-        key = (printed.get("shape"), printed.get("batch"), printed.get("variant"))
-        if key in seen or key not in expected:
-            found.differences.append(
-                f"bench/{page.name} {key}: a row {path.name} does not hold once"
-            )
-            continue
-        seen.add(key)
-        for column, field in _TRAIN_COLUMNS.items():
-            found.checked += 1
-            if not printed_as(printed.get(column, ""), [expected[key][field]]):
-                found.differences.append(
-                    f"bench/{page.name} {key}: {column} {printed.get(column)!r}"
-                )
-    for key in sorted(set(expected) - seen):
-        found.differences.append(f"bench/{page.name}: no row for {key}")
+    check_rows(found, f"bench/{page.name}", tables[0], expected, _shape_batch_variant)
 
 
 def check_bench(results: Path) -> Findings:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, printed_as
+from .findings import Findings, check_rows, printed_as
 from .tables import mean_interval
 
 __all__ = ["check_drafts"]
@@ -98,27 +98,9 @@ def _difference(mine: Mapping, other: Mapping, name: str, draws: np.ndarray) -> 
     return [point, *(float(x) for x in np.percentile(drawn, [2.5, 97.5]))]
 
 
-def _check_rows(where: str, table: Any, expected: dict, found: Findings) -> None:
-    header, rows = table
-    seen = set()
-    for row in rows:
-        printed = dict(zip(header, row))
-        key = (printed.get("batch"), printed.get("draft"), printed.get("k", "").split(" (")[0])
-        if key in seen or key not in expected:
-            found.differences.append(f"{where} {key}: a row the records do not give once")
-            continue
-        seen.add(key)
-        chosen = printed.get("k", "").endswith("(chosen)")
-        found.compare(where, f"{key} chosen", chosen, expected[key]["_chosen"])
-        for column, want in expected[key].items():
-            if column.startswith("_"):
-                continue
-            found.checked += 1
-            shown = printed.get(column, "")
-            if (shown != want) if isinstance(want, str) else not printed_as(shown, want):
-                found.differences.append(f"{where} {key}: {column} {shown!r} != {want!r}")
-    for key in sorted(set(expected) - seen):
-        found.differences.append(f"{where}: no row for {key}")
+def _draft_row(row: dict[str, str]) -> tuple[str, ...]:
+    """A row's key: batch, draft and k (its chosen mark off)."""
+    return (row.get("batch", ""), row.get("draft", ""), row.get("k", "").split(" (")[0])
 
 
 def _check_comparison(path: Path, record: Mapping[str, Any], root: Path, found: Findings) -> None:
@@ -130,8 +112,8 @@ def _check_comparison(path: Path, record: Mapping[str, Any], root: Path, found: 
         size = str(cells[0]["batch_size"])
         rows = {(size, d, str(k)): _row(c, k, goal) for d, c in zip(drafts, cells) for k in _ks(c)}
         best = max(rows, key=lambda key: rows[key]["_measured"])
-        for key, row in rows.items():
-            row["_chosen"] = key == best
+        for key, row in rows.items():  # the chosen mark on the highest measured speedup
+            row["k"] = key[2] + (" (chosen)" if key == best else "")
         expected |= rows
         if size != "1":
             continue
@@ -151,7 +133,7 @@ def _check_comparison(path: Path, record: Mapping[str, Any], root: Path, found: 
     if not tables:
         found.differences.append(f"bench/{path.name}: no page with a table beside it")
         return
-    _check_rows(f"bench/{page.name}", tables[0], expected, found)
+    check_rows(found, f"bench/{page.name}", tables[0], expected, _draft_row)
     vs = next((t for t in tables if t[0] and t[0][0] == "against draft"), ([], []))
     got = {row[0]: row[1:] for row in vs[1]}
     if set(got) != set(against):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Findings", "close", "printed_as"]
+__all__ = ["Findings", "check_rows", "close", "printed_as"]
 
 #: Relative tolerance of a recomputed number against the published one (float arithmetic in
 #: another order; printed pages are compared at their printed digits instead).
@@ -61,3 +62,37 @@ class Findings:
         lines += [f"  skipped ({n}): {why}" for why, n in sorted(self.skipped.items())]
         lines += [f"  DIFFERS {d}" for d in self.differences]
         return lines
+
+
+def check_rows(
+    found: Findings,
+    where: str,
+    table: tuple[list[str], list[list[str]]],
+    expected: Mapping[tuple[str, ...], Mapping[str, Any]],
+    key: Callable[[dict[str, str]], tuple[str, ...]],
+) -> None:
+    """Each row of a page's ``table`` (header, rows) is one of ``expected``, found by ``key`` of
+    its cells by column, and prints that row's figures: a list of numbers at the digits the page
+    prints them, a text as it is (a column the page lacks is a difference; names starting with
+    ``_`` are not columns). Every expected row appears once."""
+    header, rows = table
+    seen: set[tuple[str, ...]] = set()
+    for row in rows:
+        printed = dict(zip(header, row))
+        k = key(printed)
+        label = f"{where} {' '.join(k)}"
+        if k in seen or k not in expected:
+            found.differences.append(f"{label}: a row its record does not give once")
+            continue
+        seen.add(k)
+        for column, want in expected[k].items():
+            if column.startswith("_"):
+                continue
+            found.checked += 1
+            shown = printed.get(column)
+            if shown is None:
+                found.differences.append(f"{label}: no column {column!r}")
+            elif (shown != want) if isinstance(want, str) else not printed_as(shown, want):
+                found.differences.append(f"{label}: {column} {shown!r} != {want!r}")
+    for k in sorted(set(expected) - seen):
+        found.differences.append(f"{where}: no row for {' '.join(k)}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, printed_as
+from .findings import Findings, check_rows
 from .tables import mean_interval
 
 __all__ = ["check_matched"]
@@ -88,26 +88,17 @@ def _expected(cells: list[dict[str, str]]) -> dict[tuple[str, ...], dict[str, An
     return out
 
 
+def _leading(row: dict[str, str]) -> tuple[str, ...]:
+    """A row's key: dataset, model, speed and method, its first four cells."""
+    return tuple(list(row.values())[:4])
+
+
 def _check_page(folder: Path, found: Findings) -> None:
     with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
         expected = _expected(list(csv.DictReader(f)))
     tables = page_tables((folder / "matched.md").read_text(encoding="utf-8"))
-    header, rows = tables[0] if tables else ([], [])
-    where, seen = f"{folder.name}/matched.md", set()
-    for row in rows:
-        printed = dict(zip(header, row))
-        key = (row[0], row[1], row[2], row[3]) if len(row) > 3 else tuple(row)
-        if key in seen or key not in expected:
-            found.differences.append(f"{where} {key}: a row the cells do not give once")
-            continue
-        seen.add(key)
-        for column, want in expected[key].items():
-            shown = printed.get(column, "")
-            found.checked += 1
-            if (shown != want) if isinstance(want, str) else not printed_as(shown, want):
-                found.differences.append(f"{where} {key}: {column} {shown!r} != {want!r}")
-    for key in sorted(set(expected) - seen):
-        found.differences.append(f"{where}: no row for {key}")
+    table = tables[0] if tables else ([], [])
+    check_rows(found, f"{folder.name}/matched.md", table, expected, _leading)
 
 
 def check_matched(results: Path) -> Findings:

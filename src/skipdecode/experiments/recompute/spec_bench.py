@@ -36,7 +36,7 @@ import numpy as np
 from ...io import read_jsonl
 from ..benchmarks.spec_bench_tasks import TASKS, task_of
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, printed_as
+from .findings import Findings, check_rows
 
 __all__ = ["TASK_INTERVAL_MIN_QUESTIONS", "check_spec_bench"]
 
@@ -95,38 +95,17 @@ def _percentiles(drawn: np.ndarray) -> list[float]:
     return [float(x) for x in np.percentile(drawn, [2.5, 97.5])]
 
 
+def _first(row: dict[str, str]) -> tuple[str, ...]:
+    """A row's key: its first column's cell."""
+    return (next(iter(row.values()), ""),)
+
+
 def _by_id(answers: list[dict]) -> dict[Any, dict]:
     return {a["question_id"]: a for a in answers}
 
 
 def _load_run(folder: Path) -> dict[str, list[dict]]:
     return {p.stem: read_jsonl(p) for p in sorted(folder.glob("*.jsonl"))}
-
-
-def _compare_rows(where: str, table: Any, expected: dict[str, dict], found: Findings) -> None:
-    """Each row of ``table`` (keyed by its first cell) prints ``expected[key][column]``, and
-    every expected row appears once."""
-    header, rows = table
-    seen = set()
-    for row in rows:
-        cells = dict(zip(header, row))
-        key = row[0] if row else ""
-        if key in seen or key not in expected:
-            found.differences.append(f"{where}: row {key!r} that the answers do not give once")
-            continue
-        seen.add(key)
-        for column, want in expected[key].items():
-            printed = cells.get(column)
-            found.checked += 1
-            if printed is None:
-                found.differences.append(f"{where} {key}: no column {column!r}")
-            elif isinstance(want, str):
-                if printed != want:
-                    found.differences.append(f"{where} {key}: {column} {printed!r} != {want!r}")
-            elif not printed_as(printed, want):
-                found.differences.append(f"{where} {key}: {column} {printed!r} != {want!r}")
-    for key in sorted(set(expected) - seen):
-        found.differences.append(f"{where}: no row {key!r}")
 
 
 def _run_expected(run: dict[str, list[dict]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -157,10 +136,10 @@ def _check_run(page: Path, folder: Path, found: Findings) -> None:
     if "plain" not in run or not tables:
         found.differences.append(f"bench/{page.name}: no plain answers or no table to check")
         return
-    header, rows = tables[0]
-    expected = {f"{m} {t}": v for (m, t), v in _run_expected(run).items()}
-    keyed = [[f"{r[0]} {r[1]}", *r[1:]] for r in rows if len(r) > 1]
-    _compare_rows(f"bench/{page.name}", (header, keyed), expected, found)
+    check_rows(
+        found, f"bench/{page.name}", tables[0], _run_expected(run),
+        lambda row: (row.get("method", ""), row.get("task", "")),
+    )  # fmt: skip
 
 
 def _signed(delta: float, interval: list[float] | None) -> list[float]:
@@ -181,8 +160,8 @@ def _check_comparison(page: Path, record: Mapping[str, Any], root: Path, found: 
         found.differences.append(f"bench/{page.name}: not the two tables of a comparison")
         return
     b, m = labels
-    per_task: dict[str, dict[str, Any]] = {}
-    overall: dict[str, dict[str, Any]] = {}
+    per_task: dict[tuple[str, ...], dict[str, Any]] = {}
+    overall: dict[tuple[str, ...], dict[str, Any]] = {}
     for task, rows, drawn in _draws(base.tasks, resamples, seed):
         (acc_b, spd_b), (acc_m, spd_m) = base.measures(rows), mine.measures(rows)
         (dacc_b, dspd_b), (dacc_m, dspd_m) = base.measures(drawn), mine.measures(drawn)
@@ -191,11 +170,11 @@ def _check_comparison(page: Path, record: Mapping[str, Any], root: Path, found: 
         spd = _signed(spd_m - spd_b, _percentiles(dspd_m - dspd_b) if enough else None)
         if task == "overall":
             overall = {
-                "mean accepted tokens per step": {b: [acc_b], m: [acc_m], _DIFF: acc},
-                "speedup over its own plain decoding": {b: [spd_b], m: [spd_m], _DIFF: spd},
+                ("mean accepted tokens per step",): {b: [acc_b], m: [acc_m], _DIFF: acc},
+                ("speedup over its own plain decoding",): {b: [spd_b], m: [spd_m], _DIFF: spd},
             }
             continue
-        per_task[task] = {
+        per_task[(task,)] = {
             "questions": [rows.size],
             f"accepted, {b}": [acc_b],
             f"accepted, {m}": [acc_m],
@@ -204,8 +183,8 @@ def _check_comparison(page: Path, record: Mapping[str, Any], root: Path, found: 
             f"speedup, {m}": [spd_m],
             "speedup, difference": spd,
         }
-    _compare_rows(f"bench/{page.name} overall", tables[0], overall, found)
-    _compare_rows(f"bench/{page.name} per task", tables[1], per_task, found)
+    check_rows(found, f"bench/{page.name} overall", tables[0], overall, _first)
+    check_rows(found, f"bench/{page.name} per task", tables[1], per_task, _first)
     turns = [
         (x, y)
         for q in ids
@@ -232,7 +211,7 @@ def _check_intervals(page: Path, record: Mapping[str, Any], root: Path, found: F
     expected = {}
     for task, rows, drawn in _draws(q.tasks, int(settings["resamples"]), int(settings["seed"])):
         (acc, spd), (dacc, dspd) = q.measures(rows), q.measures(drawn)
-        expected[task] = {
+        expected[(task,)] = {
             "questions": [rows.size],
             "mean accepted tokens per step [95% interval]": [acc, *_percentiles(dacc)],
             "speedup over plain [95% interval]": [spd, *_percentiles(dspd)],
@@ -241,7 +220,7 @@ def _check_intervals(page: Path, record: Mapping[str, Any], root: Path, found: F
     if not tables:
         found.differences.append(f"bench/{page.name}: no table")
         return
-    _compare_rows(f"bench/{page.name}", tables[0], expected, found)
+    check_rows(found, f"bench/{page.name}", tables[0], expected, _first)
 
 
 def check_spec_bench(results: Path) -> Findings:

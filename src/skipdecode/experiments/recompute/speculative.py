@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, printed_as
+from .findings import Findings, check_rows
 
 __all__ = ["check_speculative"]
 
@@ -141,7 +141,7 @@ def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
     if table is None:
         found.differences.append(f"bench/{path.name}: no page with a variant table beside it")
         return
-    header, rows = table
+    header = table[0]
     keys = [k for k in ("model", "path", "batch") if k in header]
     expected: dict[tuple[str, ...], Mapping[str, Any]] = {}
     for cell in record["cells"]:
@@ -150,26 +150,13 @@ def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
             "path": _path(cell),
             "batch": str(cell["batch_size"]),
         }
-        for name, r in cell["variants"].items():
-            expected[(*(at[k] for k in keys), name)] = r
-    seen = set()
-    for row in rows:
-        printed = dict(zip(header, row))
-        key = (*(printed[k] for k in keys), printed["variant"].split(" (")[0])
-        where = f"bench/{page.name} {' '.join(key)}"
-        if key in seen or key not in expected:
-            found.differences.append(f"{where}: a row {path.name} does not hold once")
-            continue
-        seen.add(key)
-        for column, want in _printed(expected[key]).items():
-            if column not in printed:
-                continue
-            found.checked += 1
-            shown = printed[column]
-            if (shown != want) if isinstance(want, str) else not printed_as(shown, want):
-                found.differences.append(f"{where}: {column} {shown!r} != {want!r}")
-    for key in sorted(set(expected) - seen):
-        found.differences.append(f"bench/{page.name}: no row for {' '.join(key)}")
+        for name, r in cell["variants"].items():  # the columns of its layout
+            printed = {c: v for c, v in _printed(r).items() if c in header}
+            expected[(*(at[k] for k in keys), name)] = printed
+    check_rows(
+        found, f"bench/{page.name}", table, expected,
+        lambda row: (*(row.get(k, "") for k in keys), row.get("variant", "").split(" (")[0]),
+    )  # fmt: skip
 
 
 def check_speculative(results: Path) -> Findings:

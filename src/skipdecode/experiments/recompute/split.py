@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, printed_as
+from .findings import Findings, check_rows
 
 __all__ = ["check_splits"]
 
@@ -110,6 +110,10 @@ def _page_row(cell: Mapping[str, Any], speedups: list[str]) -> dict[str, list[An
     return row
 
 
+def _shape_batch(row: dict[str, str]) -> tuple[str, ...]:
+    return (row.get("shape", ""), row.get("batch", ""))
+
+
 def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
     page = path.with_name(f"{path.stem}-split.md")
     if not page.is_file():
@@ -117,25 +121,8 @@ def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
     tables = page_tables(page.read_text(encoding="utf-8"))
     speedups = [str(s) for s in json.loads(record["args"]["speedups"])]
     expected = {(c["shape"], str(c["batch_size"])): _page_row(c, speedups) for c in record["cells"]}
-    header, rows = tables[0] if tables else ([], [])
-    seen = set()
-    for row in rows:
-        printed = dict(zip(header, row))
-        key = (printed.get("shape"), printed.get("batch"))
-        if key in seen or key not in expected:
-            found.differences.append(
-                f"bench/{page.name} {key}: a row {path.name} does not hold once"
-            )
-            continue
-        seen.add(key)
-        for column, values in expected[key].items():
-            found.checked += 1
-            if not printed_as(printed.get(column, ""), values):
-                found.differences.append(
-                    f"bench/{page.name} {key}: {column} {printed.get(column)!r} != {values!r}"
-                )
-    for key in sorted(set(expected) - seen):
-        found.differences.append(f"bench/{page.name}: no row for {key}")
+    table = tables[0] if tables else ([], [])
+    check_rows(found, f"bench/{page.name}", table, expected, _shape_batch)
 
 
 def check_splits(results: Path) -> Findings:
