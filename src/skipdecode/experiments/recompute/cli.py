@@ -15,6 +15,7 @@ from .matched import check_matched
 from .provenance import check_provenance
 from .quotes import check_quotes
 from .reach import check_reach
+from .search import check_search
 from .spec_bench import check_spec_bench
 from .speculative import check_speculative
 from .speeds import check_speeds
@@ -42,6 +43,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_speeds(_evaluation_records(results)),
         check_tables(results),
         check_matched(results),
+        check_search(results),
         check_summaries(results),
         check_bench(results),
         check_splits(results),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ from ..sweeps.plots import save_figure
 from ..sweeps.table import csv_text
 from .trial import METRICS, TRIAL_FILE
 
-__all__ = ["best_at_speed", "best_trial", "pareto_front", "read_trials", "write_front"]
+__all__ = [
+    "best_at_speed", "best_trial", "pareto_front", "read_trials", "rewrite_page", "write_front",
+]  # fmt: skip
 
 COLUMNS = ("trial", "status", "schedule", "speed", "delta", "feasible", "front", "error")
 
@@ -162,11 +165,11 @@ def _trial_lines(trials: Sequence[Mapping[str, Any]], front: Sequence[str]) -> l
     return lines
 
 
-def _beside_lines(beside: Sequence[Mapping[str, Any]], against: Path) -> list[str]:
+def _beside_lines(beside: Sequence[Mapping[str, Any]], against: Path, base: Path) -> list[str]:
     return [
         "",
         f"Beside the front (the plot's crosses): the per-schedule fine-tuned cells of "
-        f"`{against_of(against) or against.as_posix()}` (from "
+        f"`{against_of(base / against) or against.as_posix()}` (from "
         f"`{against.as_posix()}/one_model.csv`), each against its own full cell on the test "
         "split (the trials above are on the validation subset, against the searched model's "
         "full).",
@@ -183,18 +186,23 @@ def write_front(
     against: Path | None = None,
     min_speed: float | None = None,
     preset: Path | None = None,
+    plot: bool = True,
+    root: Path | None = None,
 ) -> dict[str, Path] | None:
-    """Write the page, its CSV and the plot; None when the folder holds no trial. ``against``:
-    a randomized model's folder whose per-schedule cells go beside the front; ``min_speed``:
-    also name the best-quality trial at least that fast; ``preset``: write the chosen trial
-    (that one, else the best at the floor) as a schedule preset."""
-    trials = read_trials(sweep)
+    """Write the page, its CSV and (``plot``) the plot; None when the folder holds no trial.
+    ``against``: a randomized model's folder whose per-schedule cells go beside the front;
+    ``min_speed``: also name the best-quality trial at least that fast; ``preset``: write the
+    chosen trial (that one, else the best at the floor) as a schedule preset. ``root``: the
+    folder ``sweep`` and ``against`` are read from (default: the working directory); the page
+    names them as given."""
+    base = root or Path()
+    trials = read_trials(base / sweep)
     if not trials:
         return None
     beside = [] if against is None else per_schedule_points(
-        against / "one_model.csv", trials[0].get("metric")
+        base / against / "one_model.csv", trials[0].get("metric")
     )  # fmt: skip
-    out = out or sweep
+    out = out or base / sweep
     out.mkdir(parents=True, exist_ok=True)
     front = pareto_front(trials)
     best = best_trial(trials)
@@ -229,16 +237,39 @@ def write_front(
     ]
     lines += _trial_lines(trials, front)
     if beside:
-        lines += _beside_lines(beside, against)
+        lines += _beside_lines(beside, against, base)
     paths = {"md": out / "search.md", "csv": out / "search.csv", "png": out / "search_front.png"}
     if preset is not None:
         chosen, why = _chosen(best, fast, min_speed)
         write_preset(chosen, preset, sweep, why)
         paths["preset"] = preset
     write_text_atomic(paths["csv"], csv_text(rows, COLUMNS))
-    _plot(trials, front, floor, paths["png"], beside)
+    if plot:
+        _plot(trials, front, floor, paths["png"], beside)
     write_text_atomic(paths["md"], "\n".join(lines) + "\n")
     return paths
+
+
+#: The command a page says wrote it: the sweep, ``--against`` and ``--min-speed``.
+_WRITTEN_BY = re.compile(r"search\.front (\S+)(?: --against (\S+))?(?: --min-speed (\S+))?`")
+
+
+def rewrite_page(sweep: Path, root: Path) -> Path | None:
+    """``make docs``: the published page of ``sweep`` written again with the command it names
+    (paths from the repository ``root``), from the committed trials and the ``one_model.csv``
+    it names as they are now; the plot is left as published. None without a page."""
+    page = sweep / "search.md"
+    if not page.is_file():
+        return None
+    found = _WRITTEN_BY.search(page.read_text(encoding="utf-8"))
+    if found is None:
+        raise ValueError(f"{page}: names no search.front command to write it again")
+    named, against, min_speed = found.groups()
+    write_front(
+        Path(named), None, None if against is None else Path(against),
+        None if min_speed is None else float(min_speed), plot=False, root=root,
+    )  # fmt: skip
+    return page
 
 
 def _named(trial: Mapping[str, Any], metric: Any) -> str:

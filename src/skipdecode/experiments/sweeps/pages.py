@@ -17,6 +17,9 @@ pipeline writes are rebuilt from its cells' records and generations, nothing els
   against the folder its CSV names);
 - ``budget``: each schedule's difference from full against the fine-tuning steps both were
   evaluated at (:mod:`.budget`, where the folder publishes one);
+- ``search``: a schedule search's page and CSV, with the command the page names
+  (:mod:`~skipdecode.experiments.search.front`; the plot left as published), after
+  ``one_model``, whose CSV it reads;
 
 (``extractive``, ``reach`` and ``e2e`` where the folder publishes them: a tiny model trains its own tokenizer,
 and the E2E suite scores E2E cells only)
@@ -128,6 +131,14 @@ def _budget(folder: Path) -> str:
     return "budget"
 
 
+def _search(folder: Path) -> str:
+    from ..search.front import rewrite_page
+
+    root = folder.resolve().parent.parent  # the page names its folders from the repository
+    page = rewrite_page((folder / "search").resolve().relative_to(root), root)
+    return "search (plot left as published)" if page else "search: not published for this folder"
+
+
 #: The parts of a folder's pages, in the order they are written.
 PARTS: dict[str, Callable[[Path], str]] = {
     "tables": _tables,
@@ -137,6 +148,7 @@ PARTS: dict[str, Callable[[Path], str]] = {
     "e2e": _e2e,
     "one_model": _one_model,
     "budget": _budget,
+    "search": _search,
 }
 
 
