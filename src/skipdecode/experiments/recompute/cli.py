@@ -10,6 +10,7 @@ from typing import Any
 
 from .bench import check_bench
 from .drafts import check_drafts
+from .e2e_suite import check_e2e_suite
 from .findings import Findings
 from .matched import check_matched
 from .provenance import check_provenance
@@ -44,6 +45,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_tables(results),
         check_matched(results),
         check_search(results),
+        check_e2e_suite(results),
         check_summaries(results),
         check_bench(results),
         check_splits(results),
