@@ -80,6 +80,7 @@ def test_decode_bench_writes_complete_json(tmp_path):
     assert variants["skipdecode-4x"]["layers_per_token"] == 2.0
     assert variants["skipdecode-4x"]["theoretical_speedup"] == 4.0
     assert SPLIT_FIELDS <= set(cell["cost_split"])
+    assert cell["load"]["measured"] and 0 <= cell["load"]["other_share"] <= 1  # the load beside
     assert record["provenance"]["packages"]["torch"].startswith("2.13")
     # the roofline floor is the larger of the bandwidth floor and the compute floor, each with
     # its own multiple (both columns in the table)
@@ -141,6 +142,7 @@ def test_train_bench_writes_complete_json(tmp_path):
     )
     (cell,) = json.loads((tmp_path / "train.json").read_text())["cells"]
     assert set(cell["variants"]) == {"full", "2x", "2x-masked"}
+    assert cell["load"]["measured"] and 0 <= cell["load"]["other_share"] <= 1
     for row in cell["variants"].values():
         assert row["tokens_per_s"] > 0 and row["step_ms"] > 0
         assert len(row["step_s_per_repeat"]) == 1
@@ -204,6 +206,7 @@ def test_speculative_bench_on_real_weights_writes_every_field(tmp_path, compile)
     else:
         assert cell["matmul_forms"] is None
     assert cell["batches"] == 2 and cell["stop_at_eos"] is True  # 3 prompts in batches of 2
+    assert cell["load"]["measured"]
     rows = cell["variants"]
     assert set(rows) == {
         "skipdecode-full",

@@ -30,6 +30,7 @@ from ...core.costs import step_cost_split, transformers_generate_seconds
 from ...core.engine import SkipDecoder
 from ...core.floor import DeviceLimits, measure_device
 from ...core.options import CUDA_GRAPH_MODE
+from ...evaluation.load import CpuLoad
 from ...models.shapes import SHAPES, build_random_model, device_name, random_prompts
 from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
@@ -102,7 +103,8 @@ def bench_decode(
     skips = cudagraph_skips()
     warm, failed = warm_up(variants, twice=cuda_graphs)  # compiles (and records graphs)
     recorded = -_captures(decoders)
-    samples, compiled_while_timed = timed(variants, repeats)
+    with CpuLoad() as load:  # whether anything else shared the machine while timing
+        samples, compiled_while_timed = timed(variants, repeats)
     recorded += _captures(decoders)
     rows = variant_rows(samples, warm, batch_size, new_tokens, COMPILED_SUFFIXES)
     splits = {
@@ -132,6 +134,7 @@ def bench_decode(
         "dtype": str(dtype).replace("torch.", ""),
         "device": device_name(dev),
         "threads": torch.get_num_threads(),
+        "load": load.result,
         "limits": None if limits is None else limits.as_dict(),
         "cost_split": cost_split_of(splits[""], full, L),
         "variants": rows,

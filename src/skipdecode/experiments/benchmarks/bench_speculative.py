@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from ...core.engine import SkipDecoder
+from ...evaluation.load import CpuLoad
 from ...progress import progress
 from ...schedules import FullSchedule, Schedule, build_schedule
 from .bench_speculative_args import check_counts, check_drafts, parser
@@ -313,7 +314,8 @@ def bench_speculative(
     largest = f"speculative-k{max(ks)}"
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     _with_draft_vocabs(schedules, largest, workload, tokenizer, draft_vocabs, draft_vocab)
-    samples, outputs = _samples(dec, schedules, batches, new_tokens, eos, repeats)
+    with CpuLoad() as load:  # whether anything else shared the machine while timing
+        samples, outputs = _samples(dec, schedules, batches, new_tokens, eos, repeats)
     rows = _rows(samples, outputs)
     _mark_chosen(rows, largest, draft_budgets, draft_budget)
     first_ids = batches[0][0]
@@ -333,6 +335,7 @@ def bench_speculative(
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "device": str(first_ids.device),
         "threads": torch.get_num_threads(),
+        "load": load.result,
         "compiled": compile,
         "compile_graph": compile_graph if compile else None,
         "compile_s": dec.compiled.compile_seconds if dec.compiled is not None else None,

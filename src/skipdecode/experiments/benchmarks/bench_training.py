@@ -11,6 +11,7 @@ from torch import nn
 
 from ...core.costs import time_call
 from ...core.engine import SkipDecoder
+from ...evaluation.load import CpuLoad
 from ...models.shapes import build_random_model, device_name, random_prompts
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup, position_layer_mask
 
@@ -53,9 +54,10 @@ def bench_train(
     for sched, slicing in variants.values():
         step(sched, slicing)
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for name, (sched, slicing) in variants.items():
-            times[name].append(time_call(lambda s=sched, sl=slicing: step(s, sl), dev))
+    with CpuLoad() as load:  # whether anything else shared the machine while timing
+        for _ in range(repeats):
+            for name, (sched, slicing) in variants.items():
+                times[name].append(time_call(lambda s=sched, sl=slicing: step(s, sl), dev))
     rows = {}
     full = statistics.median(times["full"])
     for name, ts in times.items():
@@ -74,5 +76,6 @@ def bench_train(
         "repeats": repeats,
         "device": device_name(dev),
         "threads": torch.get_num_threads(),
+        "load": load.result,
         "variants": rows,
     }
