@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...core.costs import step_cost_split, transformers_generate_seconds
+from ...core.costs import transformers_generate_seconds
 from ...core.engine import SkipDecoder
 from ...core.floor import DeviceLimits, measure_device
 from ...core.options import CUDA_GRAPH_MODE
@@ -35,7 +35,7 @@ from ...models.shapes import SHAPES, build_random_model, device_name, random_pro
 from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
-from .bench_rows import add_floors, cost_split_of, path_split_of, variant_rows
+from .bench_rows import add_floors, cost_split_of, path_split_of, step_splits, variant_rows
 from .bench_speedups import derive_speedups, flag_batches
 from .bench_step_graphs import step_graph_costs
 from .bench_tables import (
@@ -107,11 +107,7 @@ def bench_decode(
         samples, compiled_while_timed = timed(variants, repeats)
     recorded += _captures(decoders)
     rows = variant_rows(samples, warm, batch_size, new_tokens, COMPILED_SUFFIXES)
-    splits = {
-        suffix: step_cost_split(d, ids, mask, steps=max(5, 2 * repeats))
-        for suffix, d in decoders.items()
-        if suffix not in ("-compiled-plan", "-step")  # one graph a pass: no split inside it
-    }
+    splits = step_splits(decoders, (ids, mask), repeats)
     lossless_rows(rows, acceptance)
     derive_speedups(rows, schedules, splits, L, with_transformers)
     if limits is not None:

@@ -9,11 +9,12 @@ from typing import Any
 
 import torch
 
+from ...core.costs import step_cost_split
 from ...core.floor import DeviceLimits, step_floor_seconds
 from .bench_speedups import reference_of
 from .bench_timing import quartiles
 
-__all__ = ["add_floors", "cost_split_of", "path_split_of", "variant_rows"]
+__all__ = ["add_floors", "cost_split_of", "path_split_of", "step_splits", "variant_rows"]
 
 
 def variant_rows(
@@ -103,3 +104,16 @@ def path_split_of(split: dict[str, float]) -> dict[str, float]:
     """A path's split as a cell keeps it beside the eager one: the time outside the layers and
     the head's (ms); its shares follow from its own full variant's ms per step."""
     return {"non_layer_ms": 1000 * split["non_layer_s"], "head_ms": 1000 * split["head_s"]}
+
+
+def step_splits(
+    decoders: dict[str, Any], prompts: tuple[torch.Tensor, torch.Tensor], repeats: int
+) -> dict[str, dict[str, float]]:
+    """Each timed path's cost split of a decode step, by its suffix (none for a path that runs
+    one graph a pass: there is no split inside it)."""
+    ids, mask = prompts
+    return {
+        suffix: step_cost_split(d, ids, mask, steps=max(5, 2 * repeats))
+        for suffix, d in decoders.items()
+        if suffix not in ("-compiled-plan", "-step")
+    }
