@@ -465,6 +465,18 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
     table = (tmp_path / "graphs.md").read_text()
     assert "| CUDA-graph skips | graphs recorded while timed | failed |" in table
     assert "tokens a round, both measured in this run" in table
+    # the audit recomputes every row from its kept seconds, the lossless rows included, and
+    # every path's split (the graph paths' too) and the ideal speedups it predicts
+    from skipdecode.experiments.recompute.bench import check_bench
+    from skipdecode.experiments.recompute.split import check_splits
+
+    bench = tmp_path / "results" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "decode-graphs.json").write_text((tmp_path / "graphs.json").read_text())
+    for check in (check_bench, check_splits):
+        found = check(tmp_path / "results")
+        assert found.differences == [] and found.checked > 20, check
+        assert not any("raw" in why or "split" in why for why in found.skipped), found.skipped
 
 
 def test_bench_lossless_time_per_token_from_the_cpu_acceptance_record(tmp_path):

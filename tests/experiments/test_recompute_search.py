@@ -34,10 +34,11 @@ def test_the_committed_search_pages_recompute_and_rewrite_unchanged(tmp_path):
     for folder in ("scitldr_randomized", "e2e_randomized"):
         page = RESULTS / folder / "search" / "search.md"
         shutil.copytree(RESULTS / folder, tmp_path / "results" / folder)
+        copy = tmp_path / "results" / folder / "search" / "search.md"
+        lines = page.read_text().splitlines(keepends=True)
+        copy.write_text("".join(lines[:-1]))  # a row lost: the rewrite must put it back
         rewrite_page(Path("results") / folder / "search", tmp_path)
-        assert (
-            tmp_path / "results" / folder / "search" / "search.md"
-        ).read_text() == page.read_text()
+        assert copy.read_text() == page.read_text()
 
 
 def test_a_trial_whose_quality_moved_is_caught(results):
@@ -49,6 +50,20 @@ def test_a_trial_whose_quality_moved_is_caught(results):
     assert any("search.md 14: Δ '-4.62'" in d for d in differences)
     assert any("search.md 14: front 'yes' != ''" in d for d in differences)
     assert any("best at speed" in d for d in differences)
+
+
+def test_a_trial_that_failed_is_a_row_of_its_own(results):
+    path = results / FOLDER / "search" / "3" / "trial.json"
+    trial = {**json.loads(path.read_text()), "status": "invalid", "error": "no plan"}
+    path.write_text(json.dumps(trial))
+    page = results / FOLDER / "search" / "search.md"
+    text = page.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 3 |"))
+    page.write_text(text.replace(row, f"| 3 | {trial['schedule']} | invalid: no plan |  |  |  |"))
+    assert check_search(results).differences == []
+    page.write_text(text.replace(row, f"| 3 | {trial['schedule']} | invalid: other |  |  |  |"))
+    differences = check_search(results).differences
+    assert any("search.md 3: speedup 'invalid: other'" in d for d in differences)
 
 
 def test_a_stale_cell_beside_the_front_is_caught(results):

@@ -86,3 +86,14 @@ def test_a_page_cell_or_row_its_record_does_not_give_is_caught(bench):
     assert any("measured vs full '9.99x'" in d for d in _differences(bench))
     page.write_text(text.replace(row + "\n", ""))
     assert any("no row for export compiled 1 speculative-k2" in d for d in _differences(bench))
+
+
+def test_a_column_lost_from_a_page_of_todays_layout_is_caught(bench):
+    page = bench / "speculative-budgets-b10.md"
+    lines = page.read_text().splitlines()
+    cut = [
+        line[: line.rstrip().rstrip("|").rindex("|") + 1] if line.startswith("|") else line
+        for line in lines
+    ]
+    page.write_text("\n".join(cut) + "\n")  # the last column, exact, gone
+    assert any("no column 'exact'" in d for d in _differences(bench))

@@ -50,6 +50,7 @@ def variant_rows(
         }
         if "tokens_per_round" in runs[0]:  # the lossless rounds': measured in each run
             rows[name]["tokens_per_round"] = statistics.median(r["tokens_per_round"] for r in runs)
+            rows[name]["raw"]["tokens_per_round"] = [r["tokens_per_round"] for r in runs]
         reference = warm[name].get("reference") or reference_of(name)
         if reference in warm and "generated" in warm[name]:
             rows[name]["tokens_equal"] = reference

@@ -2,16 +2,18 @@
 
 Own arithmetic on every decode benchmark cell (``results/bench/decode-*.json``, ``where-*.json``):
 where a variant keeps the seconds of its timed calls (``raw``), its prefill ms, its ms per decode
-step (median and quartiles, linear between order statistics) and its throughputs from them; each
-variant's speedup over a peer (``speedup_vs_<peer>``) is the peer's ms per decode step over the
-variant's; a SkipDecode variant's ``measured_speedup`` is its own path's full variant's ms over its
-own (``skipdecode-2x-graphs`` over ``skipdecode-full-graphs``); ``bandwidth_floor_multiple`` is ms
-over the floor's ms. Then the GPU page (``bench/decode-gpu.md``, the CUDA-graph records): every
-variant's cell in its record's section reads ``<ms> ms, <multiple>x floor, **<speedup>x**`` at the
-printed digits, the speedup over the peer the page names (the compiled one-token loop, else
-compiled ``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md``
-beside its record, and ``where-*.md``): each row's figures, found by shape, batch and variant, are
-its record's at the printed digits, an empty cell where the record has none.
+step (median and quartiles, linear between order statistics) and its throughputs from them (a
+lossless row: its ms per round and their quartiles, and its ms per token over the tokens a round
+yielded); each variant's speedup over a peer (``speedup_vs_<peer>``) is the peer's ms per decode
+step over the variant's; a SkipDecode variant's ``measured_speedup`` is its own path's full
+variant's ms over its own (``skipdecode-2x-graphs`` over ``skipdecode-full-graphs``);
+``bandwidth_floor_multiple`` is ms over the floor's ms. Then the GPU page (``bench/decode-gpu.md``,
+the CUDA-graph records): every variant's cell in its record's section reads ``<ms> ms, <multiple>x
+floor, **<speedup>x**`` at the printed digits, the speedup over the peer the page names (the
+compiled one-token loop, else compiled ``generate``, else eager ``generate``). And every
+benchmark's own page (``decode-*.md`` beside its record, and ``where-*.md``): each row's figures,
+found by shape, batch and variant, are its record's at the printed digits, an empty cell where the
+record has none.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ def _median(values: list[float]) -> float:
 def _check_raw(
     where: str, cell: Mapping[str, Any], name: str, r: Mapping[str, Any], found: Findings
 ) -> None:
-    """A variant's medians, quartiles and throughputs from the seconds of its timed calls."""
+    """A variant's medians, quartiles and throughputs from the seconds of its timed calls (a
+    lossless row: its ms per round and their quartiles, and its ms per token over the tokens a
+    round yielded, measured in its own runs or, in older records, the CPU's)."""
     raw = r.get("raw")
     if not raw:
         found.skip("decode variants without raw timings (written before they were kept)")
@@ -65,14 +69,27 @@ def _check_raw(
     steps, rows = raw["steps"], cell["batch_size"]
     per_step = sorted(1000 * d / max(steps, 1) for d in raw["decode_s"])
     prefill, decode = _median(raw["prefill_s"]), _median(raw["decode_s"])
-    for key, value in (
-        ("prefill_ms", 1000 * prefill),
-        ("decode_ms_per_step", _at(per_step, 0.5)),
-        ("decode_ms_q1", _at(per_step, 0.25)),
-        ("decode_ms_q3", _at(per_step, 0.75)),
-        ("tokens_per_s", rows * cell["new_tokens"] / (prefill + decode)),
-        ("decode_tokens_per_s", rows * steps / decode if decode > 0 else None),
-    ):
+    step = _at(per_step, 0.5)
+    expected: dict[str, Any] = {"prefill_ms": 1000 * prefill}
+    if "ms_per_round" in r:
+        tokens = r.get("tokens_per_round_cpu") or _median(raw.get("tokens_per_round") or [0])
+        expected |= {
+            "ms_per_round": step,
+            "ms_per_round_q1": _at(per_step, 0.25),
+            "ms_per_round_q3": _at(per_step, 0.75),
+            "decode_ms_per_step": step / tokens if tokens else None,
+        }
+        if "tokens_per_round_cpu" not in r:
+            expected["tokens_per_round"] = tokens
+    else:
+        expected |= {
+            "decode_ms_per_step": step,
+            "decode_ms_q1": _at(per_step, 0.25),
+            "decode_ms_q3": _at(per_step, 0.75),
+            "tokens_per_s": rows * cell["new_tokens"] / (prefill + decode),
+            "decode_tokens_per_s": rows * steps / decode if decode > 0 else float("nan"),
+        }
+    for key, value in expected.items():
         found.compare(where, f"{name} {key} (raw)", r.get(key), value)
 
 

@@ -141,7 +141,10 @@ def _check_comparison(path: Path, record: Mapping[str, Any], root: Path, found: 
             f"bench/{page.name}: batch 1 rows {sorted(got)} != {sorted(against)}"
         )
     for draft in sorted(set(got) & set(against)):
-        for printed, want in zip(got[draft], against[draft]):
+        if len(got[draft]) != len(against[draft]):
+            found.differences.append(f"bench/{page.name} against {draft}: {got[draft]!r}")
+            continue
+        for printed, want in zip(got[draft], against[draft], strict=True):
             found.checked += 1
             if not printed_as(printed, want):
                 found.differences.append(
@@ -188,7 +191,10 @@ def _check_seeds(path: Path, record: Mapping[str, Any], root: Path, found: Findi
             f"bench/{page.name}: {len(printed)} rows, the records give {len(want)}"
         )
     for row, values in zip(printed, want):
-        for cell, value in zip(row[1:], values):
+        if len(row) != len(values) + 1:
+            found.differences.append(f"bench/{page.name} seed {row[0]}: {row!r}")
+            continue
+        for cell, value in zip(row[1:], values, strict=True):
             found.checked += 1
             if not printed_as(cell, [value]):
                 found.differences.append(f"bench/{page.name} seed {row[0]}: {cell!r} != {value!r}")

@@ -5,7 +5,7 @@ at or above the floor the trial states), the Pareto front over (measured decode 
 difference), both maximised (no other finished trial at least as good in both and better in
 one), the best trial (the fastest that meets the floor) and the best-quality trial at or above
 the page's minimum speed; every trial row prints its speedup and difference at the printed
-digits, its floor and front marks. The per-schedule cells beside the front come from the
+digits, its floor and front marks (a trial whose schedule could not be built, its error). The per-schedule cells beside the front come from the
 ``one_model.csv`` the page names: each schedule's measured decode speedup and its quality
 difference from the full row, on the page's scale (a row compared with another schedule's cells
 is not beside). ``one_model.csv`` itself is checked by :mod:`.summaries`.
@@ -72,9 +72,14 @@ def _check_page(page: Path, results: Path, found: Findings) -> None:
     trials = []
     for path in page.parent.glob("*/trial.json"):
         trials.append({**json.loads(path.read_text(encoding="utf-8")), "trial": path.parent.name})
+    trials.sort(key=lambda t: int(t["trial"]) if t["trial"].isdigit() else 1 << 30)  # job order
     ok = [t for t in trials if t.get("status") == "ok"]
     front, where = _front(trials), f"{page.parent.parent.name}/search/search.md"
-    expected = {}
+    expected: dict[tuple[str, ...], dict[str, Any]] = {
+        (t["trial"],): {"speedup": f"invalid: {t.get('error')}", "Δ": "", "front": ""}
+        for t in trials
+        if t.get("status") != "ok"
+    }
     for t in ok:
         meets = t["delta"] >= float(t["quality_floor"])
         found.compare(where, f"trial {t['trial']} feasible", t.get("feasible"), meets)

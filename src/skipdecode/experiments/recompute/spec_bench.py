@@ -24,6 +24,7 @@ answers.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Mapping
@@ -155,11 +156,17 @@ def _check_comparison(page: Path, record: Mapping[str, Any], root: Path, found: 
     base, mine = _questions(baseline, method, ids), _questions(system, method, ids)
     text = page.read_text(encoding="utf-8")
     tables = page_tables(text)
-    labels = tables[0][0][1:3] if tables else []
-    if len(tables) != 2 or len(labels) != 2:
-        found.differences.append(f"bench/{page.name}: not the two tables of a comparison")
+    named = args.get("labels")  # the record's arguments, as strings; else the runs' folders
+    b, m = (
+        ast.literal_eval(named)
+        if named not in (None, "None")
+        else [Path(record[k]).name for k in ("baseline", "system")]
+    )
+    if len(tables) != 2 or tables[0][0][1:3] != [b, m]:
+        found.differences.append(
+            f"bench/{page.name}: not the two tables of a comparison of {b} and {m}"
+        )
         return
-    b, m = labels
     per_task: dict[tuple[str, ...], dict[str, Any]] = {}
     overall: dict[tuple[str, ...], dict[str, Any]] = {}
     for task, rows, drawn in _draws(base.tasks, resamples, seed):

@@ -7,10 +7,12 @@ per token) over the variant's; its ms per full-model step is its decode seconds 
 model's decode steps (summed over batches); its acceptance is the accepted drafts over the
 drafted ones and its tokens per verify the accepted drafts plus the row rounds over the row
 rounds, both summed over batches; its round's predicted speedup is the steps a round advances
-over the round's summed phases; where a variant keeps each repeat's seconds
+over the round's summed phases, its draft pass the draft phases over the drafts a round, and
+the head's share of it; where a variant keeps each repeat's seconds
 (``decode_s_per_repeat``, whole workload and per batch), its decode seconds are their median.
 Then the record's own page (``speculative-*.md``): each row, found by model, path, batch and
-variant, prints those figures at the printed digits, every variant appears once, the ``exact``
+variant, prints those figures at the printed digits and names the variant as the page does (the
+chosen draft, an auto-off variant's batches off), every variant appears once, the ``exact``
 column says whether its output was the full model's.
 
 The pages a study builds from these records (the draft comparisons) are recomputed by
@@ -30,6 +32,11 @@ from .findings import Findings, check_rows
 __all__ = ["check_speculative"]
 
 _COUNTS = ("accepted", "drafted", "row_rounds")
+#: The page columns the benchmark writes today (older pages have fewer, and other names).
+_CURRENT = (
+    "acceptance", "by draft budget", "tokens/verify", "drafts/round", "draft pass (head share)",
+    "verify", "accept + bookkeeping", "predicted", "measured vs full", "ms/step of full", "exact",
+)  # fmt: skip
 _OWN_PHASES = ("steps_per_round", "drafts_per_round")
 
 
@@ -95,12 +102,33 @@ def _check_variant(
             cost.get("predicted_speedup"),
             cost["steps_per_round"] / total if total else None,
         )
+        drafts, layers, head = (
+            cost[k] for k in ("drafts_per_round", "draft_layers_per_round", "draft_head_per_round")
+        )
+        found.compare(
+            where,
+            "draft_pass",
+            cost.get("draft_pass"),
+            (layers + head) / drafts if drafts else None,
+        )
+        share = head / (layers + head) if drafts and layers + head else None
+        found.compare(where, "head_share_of_draft", cost.get("head_share_of_draft"), share)
 
 
 def _path(cell: Mapping[str, Any]) -> str:
     if not cell.get("compiled"):
         return "eager"
     return "compiled, plan graphs" if cell.get("compile_graph") == "plan" else "compiled"
+
+
+def _label(name: str, r: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
+    """The variant as its page names it: the chosen constant draft marked, an auto-off variant
+    with the batches it was off in."""
+    label = name + (" (chosen)" if r.get("chosen") else "")
+    if name.endswith("-auto"):
+        off = r.get("turned_off", 0) + r.get("started_off", 0)
+        label += f" (off in {off}/{cell['batches']} batches)"
+    return label
 
 
 def _printed(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,8 +178,12 @@ def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
             "path": _path(cell),
             "batch": str(cell["batch_size"]),
         }
-        for name, r in cell["variants"].items():  # the columns of its layout
-            printed = {c: v for c, v in _printed(r).items() if c in header}
+        for name, r in cell["variants"].items():  # the columns of its layout, all of today's
+            current = "measured vs full" in header
+            printed = {
+                c: v for c, v in _printed(r).items() if c in header or c in _CURRENT and current
+            }
+            printed["variant"] = _label(name, r, cell)
             expected[(*(at[k] for k in keys), name)] = printed
     check_rows(
         found, f"bench/{page.name}", table, expected,

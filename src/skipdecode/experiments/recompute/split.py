@@ -1,15 +1,15 @@
 """A decode record's cost split, what it predicts, and the where-skipping-pays pages, recomputed.
 
-Own arithmetic on every decode benchmark cell (``results/bench/decode-*.json``,
-``where-*.json``) that keeps a cost split of a full step (``cost_split``: the eager path;
-``cost_split_<path>``: another path's): the split's shares (outside the layers, the head, the
-rest of what lies outside) over its full step, and its time a layer (the full step less the time
-outside, over the layers); the full step is the path's full variant's ms per step. Each
-SkipDecode variant's theoretical speedup is the layers over its layers per token; its ideal
-speedup, from its path's split, is full / (outside + m x (full - outside) / L) for ``m`` layers a
-token; its efficiency, measured over ideal; its multiples of the floors, its ms over each
-floor's. Then each ``<stem>-split.md`` page ``make docs`` writes from such a record: every row,
-found by shape and batch, prints those figures at the printed digits.
+Own arithmetic on every decode benchmark cell (``results/bench/decode-*.json``, ``where-*.json``)
+that keeps a cost split of a full step (``cost_split``: the eager path; ``cost_split_<path>``:
+another path's): the eager path's shares (outside the layers, the head, the rest of what lies
+outside) over its full step, and its time a layer (the full step less the time outside, over the
+layers); the full step is the path's full variant's ms per step. Each SkipDecode variant's
+theoretical speedup is the layers over its layers per token; its ideal speedup, from its path's
+split, is full / (outside + m x (full - outside) / L) for ``m`` layers a token; its efficiency,
+measured over ideal; its multiples of the floors, its ms over each floor's. Then each
+``<stem>-split.md`` page ``make docs`` writes from such a record: every row, found by shape and
+batch, prints those figures at the printed digits.
 """
 
 from __future__ import annotations
@@ -72,17 +72,18 @@ def _check_variant(
             where, "theoretical_speedup", r["theoretical_speedup"], layers / r["layers_per_token"]
         )
     got = _step_and_outside(cell, _path_of(name))
-    if r.get("ideal_speedup") is not None:
-        if got is None:
-            found.skip(
-                "ideal speedups of a path whose cost split the record does not keep "
-                "(CUDA-graph paths, written before every path's split was kept)"
-            )
-            return
+    if r.get("ideal_speedup") is not None and got is None:
+        found.skip(
+            "ideal speedups of a path whose cost split the record does not keep "
+            "(CUDA-graph paths, written before every path's split was kept)"
+        )
+    elif r.get("ideal_speedup") is not None:
         step, outside = got
         ideal = step / (outside + r["layers_per_token"] * (step - outside) / layers)
         found.compare(where, "ideal_speedup", r["ideal_speedup"], ideal)
         found.compare(where, "efficiency", r.get("efficiency"), r["measured_speedup"] / ideal)
+    elif got is not None and r.get("efficiency") is not None:
+        found.differences.append(f"{where}: an efficiency without its ideal speedup")
     for floor in ("floor", "compute_floor"):
         if r.get(f"{floor}_ms"):
             found.compare(

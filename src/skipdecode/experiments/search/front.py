@@ -258,7 +258,7 @@ def rewrite_page(sweep: Path, root: Path) -> Path | None:
     """``make docs``: the published page of ``sweep`` written again with the command it names
     (paths from the repository ``root``), from the committed trials and the ``one_model.csv``
     it names as they are now; the plot is left as published. None without a page."""
-    page = sweep / "search.md"
+    page = root / sweep / "search.md"
     if not page.is_file():
         return None
     found = _WRITTEN_BY.search(page.read_text(encoding="utf-8"))
