@@ -105,14 +105,16 @@ def _audit_recomputes_from_raw(tmp_path: Path, record: dict) -> None:
     for variant in record["cells"][0]["variants"].values():
         assert len(variant["raw"]["decode_s"]) == len(variant["raw"]["prefill_s"]) == 1
     (bench / "decode-smoke.json").write_text(json.dumps(record))
+    (bench / "decode-smoke.md").write_text((tmp_path / "smoke.md").read_text())
     found = check_bench(tmp_path / "results")
     assert found.differences == [] and "decode variants without raw timings" not in str(
         found.skipped
     )
     from skipdecode.experiments.recompute.split import check_splits
 
-    found = check_splits(tmp_path / "results")  # the split and the ideal speedups it predicts
+    found = check_splits(tmp_path / "results")  # the split, what it predicts, the cell table
     assert found.differences == [] and found.checked > 10 and not found.skipped
+    assert "| other load % |" in (bench / "decode-smoke.md").read_text()
     record["cells"][0]["variants"]["skipdecode-2x"]["raw"]["decode_s"][0] *= 1.01
     (bench / "decode-smoke.json").write_text(json.dumps(record))
     assert any(

@@ -51,3 +51,20 @@ def test_a_split_page_cell_its_record_does_not_give_is_caught(bench):
     cells[6] = "9.9x"  # the ceiling
     page.write_text(text.replace(row, " | ".join(cells)))
     assert any("ceiling '9.9x'" in d for d in check_splits(bench.parent).differences)
+
+
+def test_a_decode_pages_cell_table_cell_its_record_does_not_give_is_caught(tmp_path):
+    out = tmp_path / "results" / "bench"
+    out.mkdir(parents=True)
+    for suffix in (".json", ".md"):
+        shutil.copy(RESULTS / "bench" / f"decode-cpu{suffix}", out / f"decode-cpu{suffix}")
+    assert check_splits(tmp_path / "results").differences == []
+    page = out / "decode-cpu.md"
+    lines = page.read_text().splitlines(keepends=True)
+    at = next(i for i, x in enumerate(lines) if x.startswith("| shape | batch | full step ms"))
+    cells = lines[at + 2].split(" | ")
+    cells[3] = f"{float(cells[3]) + 0.01:.2f}"  # outside layers ms
+    lines[at + 2] = " | ".join(cells)
+    page.write_text("".join(lines))
+    differences = check_splits(tmp_path / "results").differences
+    assert len(differences) == 1 and "cells opt-1.3b 1: outside layers ms" in differences[0]

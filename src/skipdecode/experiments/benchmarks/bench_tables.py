@@ -144,8 +144,8 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
         "| shape | batch | full step ms | outside layers ms | LM head ms | outside layers % | "
         "overhead (excl. head) % | compiled: outside layers / head ms | bandwidth floor (full) ms "
         "| compute floor (full) ms | bandwidth GB/s | peak TFLOP/s | graphs compiled while timed "
-        "| CUDA-graph skips | graphs recorded while timed | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| CUDA-graph skips | graphs recorded while timed | failed | other load % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         s = c["cost_split"]
@@ -166,8 +166,14 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
             + f" {cell_text(c.get('cudagraph_skips'), '{}')} |"
             + f" {cell_text(c.get('graphs_recorded_while_timed'), '{}')} |"
             + f" {'; '.join(f'{k}: {v}' for k, v in (c.get('failed') or {}).items())} |"
+            + f" {_load_text(c.get('load'))} |"
         )
     return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"
+
+
+def _load_text(load: dict[str, Any] | None) -> str:
+    """Other processes' share of the CPUs while the cell was timed, in %, where measured."""
+    return f"{100 * load['other_share']:.1f}" if load and load.get("measured") else ""
 
 
 def _tokens_equal(row: dict[str, Any]) -> str:

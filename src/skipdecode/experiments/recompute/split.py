@@ -8,8 +8,10 @@ layers); the full step is the path's full variant's ms per step. Each SkipDecode
 theoretical speedup is the layers over its layers per token; its ideal speedup, from its path's
 split, is full / (outside + m x (full - outside) / L) for ``m`` layers a token; its efficiency,
 measured over ideal; its multiples of the floors, its ms over each floor's. Then each
-``<stem>-split.md`` page ``make docs`` writes from such a record: every row, found by shape and
-batch, prints those figures at the printed digits.
+``<stem>-split.md`` page ``make docs`` writes from such a record, and the cell table of the
+record's own page (the split, the compiled path's, the floors, the device's limits, the graph
+counts, the failures and the load beside the timing): every row, found by shape and batch, prints
+those figures at the printed digits.
 """
 
 from __future__ import annotations
@@ -126,6 +128,54 @@ def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
     check_rows(found, f"bench/{page.name}", table, expected, _shape_batch)
 
 
+def _cell_row(cell: Mapping[str, Any]) -> dict[str, Any]:
+    """A decode page's cell-table row: the eager split (its shares recomputed), the compiled
+    path's, the full variant's floors, the device's limits and the graph counts."""
+    split, full = cell["cost_split"], cell["variants"]["skipdecode-full"]
+    step, outside, head = split["full_step_ms"], split["non_layer_ms"], split["head_ms"]
+    compiled, limits, load = (
+        cell.get("cost_split_compiled"),
+        cell.get("limits") or {},
+        cell.get("load") or {},
+    )
+    return {
+        "full step ms": [step],
+        "outside layers ms": [outside],
+        "LM head ms": [head],
+        "outside layers %": [100 * outside / step],
+        "overhead (excl. head) %": [100 * max(outside - head, 0.0) / step],
+        "compiled: outside layers / head ms": [compiled["non_layer_ms"], compiled["head_ms"]]
+        if compiled
+        else [],
+        "bandwidth floor (full) ms": [full.get("bandwidth_floor_ms")],
+        "compute floor (full) ms": [full.get("compute_floor_ms")],
+        "bandwidth GB/s": [limits.get("bandwidth_gb_s")],
+        "peak TFLOP/s": [limits.get("peak_tflops")],
+        "graphs compiled while timed": [cell.get("graphs_compiled_while_timed")],
+        "CUDA-graph skips": [cell.get("cudagraph_skips")],
+        "graphs recorded while timed": [cell.get("graphs_recorded_while_timed")],
+        "failed": "; ".join(f"{k}: {v}" for k, v in (cell.get("failed") or {}).items()),
+        "other load %": [100 * load["other_share"]] if load.get("measured") else [],
+    }
+
+
+def _check_cell_table(path: Path, record: Mapping[str, Any], found: Findings) -> None:
+    """The cell table of a decode benchmark's own page (``decode-*.md``), by the columns the
+    page has."""
+    page = path.with_suffix(".md")
+    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    table = next((t for t in tables if t[0][2:3] == ["full step ms"]), None)
+    if table is None:
+        return
+    expected = {}
+    for cell in record["cells"]:
+        row = _cell_row(cell)
+        expected[(cell["shape"], str(cell["batch_size"]))] = {
+            k: v for k, v in row.items() if k in table[0]
+        }
+    check_rows(found, f"bench/{page.name} cells", table, expected, _shape_batch)
+
+
 def check_splits(results: Path) -> Findings:
     """Every decode record's cost splits and the speedups they predict, and its split page."""
     found = Findings("cost splits and what they predict")
@@ -144,4 +194,5 @@ def check_splits(results: Path) -> Findings:
                     _check_variant(where, cell, name, r, found)
         if any("cost_split" in c for c in cells):
             _check_page(path, record, found)
+            _check_cell_table(path, record, found)
     return found
