@@ -1,6 +1,7 @@
 """A decode cell's rows from its timed calls: per variant the median and quartiles of its ms per
-step, its throughput (and the seconds of every timed call they come from), its tokens against its reference's, its compile time apart; each row's
-multiples of the device's floors; and the cost split of a full step."""
+step, its throughput (and the seconds of every timed call they come from), its tokens against
+its reference's, its compile time apart; each row's multiples of the device's floors; and the
+cost split of a full step."""
 
 from __future__ import annotations
 

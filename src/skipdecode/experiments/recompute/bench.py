@@ -6,14 +6,13 @@ step (median and quartiles, linear between order statistics) and its throughputs
 lossless row: its ms per round and their quartiles, and its ms per token over the tokens a round
 yielded); each variant's speedup over a peer (``speedup_vs_<peer>``) is the peer's ms per decode
 step over the variant's; a SkipDecode variant's ``measured_speedup`` is its own path's full
-variant's ms over its own (``skipdecode-2x-graphs`` over ``skipdecode-full-graphs``);
-``bandwidth_floor_multiple`` is ms over the floor's ms. Then the GPU page (``bench/decode-gpu.md``,
-the CUDA-graph records): every variant's cell in its record's section reads ``<ms> ms, <multiple>x
-floor, **<speedup>x**`` at the printed digits, the speedup over the peer the page names (the
-compiled one-token loop, else compiled ``generate``, else eager ``generate``). And every
-benchmark's own page (``decode-*.md`` beside its record, and ``where-*.md``): each row's figures,
-found by shape, batch and variant, are its record's at the printed digits, an empty cell where the
-record has none.
+variant's ms over its own (``skipdecode-2x-graphs`` over ``skipdecode-full-graphs``) (its floor
+multiples: :mod:`.split`). Then the GPU page (``bench/decode-gpu.md``, the CUDA-graph records):
+every variant's cell in its record's section reads ``<ms> ms, <multiple>x floor, **<speedup>x**``
+at the printed digits, the speedup over the peer the page names (the compiled one-token loop, else
+compiled ``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md``
+beside its record, and ``where-*.md``): each row's figures, found by shape, batch and variant, are
+its record's at the printed digits, an empty cell where the record has none.
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows
+from .findings import Findings, check_rows, tables_of
+from .split import path_of
+from .tables import median, quantile
 
 __all__ = ["check_bench"]
 
@@ -38,22 +38,7 @@ PEERS = (
 
 def _full_of(name: str) -> str | None:
     """``skipdecode-2x-graphs`` -> ``skipdecode-full-graphs`` (None: not a schedule variant)."""
-    parts = name.split("-")
-    if len(parts) < 2 or parts[0] != "skipdecode":
-        return None
-    return "-".join(["skipdecode", "full", *parts[2:]])
-
-
-def _at(ordered: list[float], q: float) -> float:
-    """The ``q`` quantile of sorted values, linear between the order statistics."""
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def _median(values: list[float]) -> float:
-    return _at(sorted(values), 0.5)
+    return "skipdecode-full" + path_of(name) if name.startswith("skipdecode-") else None
 
 
 def _check_raw(
@@ -68,15 +53,15 @@ def _check_raw(
         return
     steps, rows = raw["steps"], cell["batch_size"]
     per_step = sorted(1000 * d / max(steps, 1) for d in raw["decode_s"])
-    prefill, decode = _median(raw["prefill_s"]), _median(raw["decode_s"])
-    step = _at(per_step, 0.5)
+    prefill, decode = median(raw["prefill_s"]), median(raw["decode_s"])
+    step = quantile(per_step, 0.5)
     expected: dict[str, Any] = {"prefill_ms": 1000 * prefill}
     if "ms_per_round" in r:
-        tokens = r.get("tokens_per_round_cpu") or _median(raw.get("tokens_per_round") or [0])
+        tokens = r.get("tokens_per_round_cpu") or median(raw.get("tokens_per_round") or [0])
         expected |= {
             "ms_per_round": step,
-            "ms_per_round_q1": _at(per_step, 0.25),
-            "ms_per_round_q3": _at(per_step, 0.75),
+            "ms_per_round_q1": quantile(per_step, 0.25),
+            "ms_per_round_q3": quantile(per_step, 0.75),
             "decode_ms_per_step": step / tokens if tokens else None,
         }
         if "tokens_per_round_cpu" not in r:
@@ -84,8 +69,8 @@ def _check_raw(
     else:
         expected |= {
             "decode_ms_per_step": step,
-            "decode_ms_q1": _at(per_step, 0.25),
-            "decode_ms_q3": _at(per_step, 0.75),
+            "decode_ms_q1": quantile(per_step, 0.25),
+            "decode_ms_q3": quantile(per_step, 0.75),
             "tokens_per_s": rows * cell["new_tokens"] / (prefill + decode),
             "decode_tokens_per_s": rows * steps / decode if decode > 0 else float("nan"),
         }
@@ -108,13 +93,6 @@ def _check_cell(where: str, cell: Mapping[str, Any], found: Findings) -> None:
         full_ms = (variants.get(full) or {}).get("decode_ms_per_step") if full else None
         if "measured_speedup" in r and full_ms:
             found.compare(where, f"{name} measured_speedup", r["measured_speedup"], full_ms / ms)
-        if r.get("bandwidth_floor_multiple") is not None and r.get("bandwidth_floor_ms"):
-            found.compare(
-                where,
-                f"{name} bandwidth_floor_multiple",
-                r["bandwidth_floor_multiple"],
-                ms / r["bandwidth_floor_ms"],
-            )
 
 
 def _printed(r: Mapping[str, Any], peer_ms: float | None) -> str:
@@ -218,7 +196,7 @@ def _check_own_page(path: Path, record: Mapping[str, Any], found: Findings) -> N
         found.skip("bench records without their own page")
         return
     cells = {(c.get("shape"), str(c.get("batch_size"))): c for c in record["cells"]}
-    tables = page_tables(page.read_text(encoding="utf-8"))
+    tables = tables_of(page)
     table = next((t for t in tables if {"shape", "batch", "variant"} <= set(t[0])), None)
     if table is None:
         found.skip("bench pages without a variant table")
@@ -263,7 +241,7 @@ def _check_training_bench(path: Path, record: Mapping[str, Any], found: Findings
             found.compare(where, "tokens_per_s", r["tokens_per_s"], tokens / (r["step_ms"] / 1000))
             if "step_s_per_repeat" in r:
                 found.compare(
-                    where, "step_ms (median)", r["step_ms"], 1000 * _median(r["step_s_per_repeat"])
+                    where, "step_ms (median)", r["step_ms"], 1000 * median(r["step_s_per_repeat"])
                 )
             else:
                 found.skip(
@@ -272,7 +250,7 @@ def _check_training_bench(path: Path, record: Mapping[str, Any], found: Findings
             printed = {column: [r[field]] for column, field in _TRAIN_COLUMNS.items()}
             expected[(cell["shape"], str(cell["batch_size"]), name)] = printed
     page = path.with_suffix(".md")
-    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    tables = tables_of(page)
     if not tables:
         found.differences.append(f"bench/{path.name}: no page with a table beside it")
         return

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows, printed_as
+from .findings import Findings, check_rows, printed_as, tables_of
 from .tables import mean_interval
 
 __all__ = ["check_drafts"]
@@ -129,7 +129,7 @@ def _check_comparison(path: Path, record: Mapping[str, Any], root: Path, found: 
             speed = _difference(mine, _prompts(cell, int(own[2])), "speedup", draws)
             against[draft] = [tokens, [*speed, int(own[2])]]
     page = path.with_suffix(".md")
-    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    tables = tables_of(page)
     if not tables:
         found.differences.append(f"bench/{path.name}: no page with a table beside it")
         return

@@ -10,12 +10,11 @@ full of the same seed (mean and t-interval over the seeds both have); every row 
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows
+from .findings import Findings, check_rows, csv_rows
 from .tables import mean_interval
 
 __all__ = ["check_e2e_suite"]
@@ -28,11 +27,6 @@ METRICS = (
     ("rouge_l", "ROUGE-L"),
     ("cider", "CIDEr"),
 )
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def _shown(values: list[float]) -> list[float]:
@@ -66,7 +60,7 @@ def _model_schedule(row: dict[str, str]) -> tuple[str, ...]:
 
 
 def _check_folder(folder: Path, found: Findings) -> None:
-    scores = _rows(folder / "e2e_suite.csv")
+    scores = csv_rows(folder / "e2e_suite.csv")
     for _ in scores:
         found.skip("cells scored by the challenge's own scripts (Java), not scored again")
     means, deltas = _expected(scores)

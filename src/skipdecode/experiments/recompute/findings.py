@@ -1,14 +1,19 @@
-"""What an audit check found: one line per difference, and counts of what it checked."""
+"""What an audit check found: one line per difference, and counts of what it checked; and how
+the checks read what they check (a CSV's rows, a page's tables, a page row by row)."""
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Findings", "check_rows", "close", "printed_as"]
+from ..sweeps.excerpts import page_tables
+
+__all__ = ["Findings", "check_rows", "close", "csv_rows", "printed_as", "tables_of"]
 
 #: Relative tolerance of a recomputed number against the published one (float arithmetic in
 #: another order; printed pages are compared at their printed digits instead).
@@ -96,3 +101,14 @@ def check_rows(
                 found.differences.append(f"{label}: {column} {shown!r} != {want!r}")
     for k in sorted(set(expected) - seen):
         found.differences.append(f"{where}: no row for {' '.join(k)}")
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV's rows, by column."""
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def tables_of(page: Path) -> list[tuple[list[str], list[list[str]]]]:
+    """Every Markdown table of ``page`` (none where there is no such page)."""
+    return page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []

@@ -13,13 +13,12 @@ records by :mod:`.tables`.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows
+from .findings import Findings, check_rows, csv_rows
 from .tables import mean_interval
 
 __all__ = ["check_matched"]
@@ -94,8 +93,7 @@ def _leading(row: dict[str, str]) -> tuple[str, ...]:
 
 
 def _check_page(folder: Path, found: Findings) -> None:
-    with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
-        expected = _expected(list(csv.DictReader(f)))
+    expected = _expected(csv_rows(folder / "cells.csv"))
     tables = page_tables((folder / "matched.md").read_text(encoding="utf-8"))
     table = tables[0] if tables else ([], [])
     check_rows(found, f"{folder.name}/matched.md", table, expected, _leading)

@@ -14,7 +14,6 @@ against ``reach.csv`` at its printed digits.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from ...models.loading import ModelConfigError
 from ...schedules import build_schedule
 from ..sweeps import reach as writer
 from ..sweeps.excerpts import table_cells
-from .findings import Findings
+from .findings import Findings, csv_rows
 
 __all__ = ["check_reach"]
 
@@ -33,11 +32,6 @@ _HEADER = (
 )  # fmt: skip
 _SPEEDS = ("target", "planned", "test_references", "reached")
 _LENGTHS = ("reference_tokens", "generated_tokens")
-
-
-def _csv(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def _speedup(budget: Any, num_layers: int, lengths: tuple[int, ...]) -> float | None:
@@ -148,7 +142,7 @@ def check_reach(results: Path) -> Findings:
             f.differences.append(f"{page.parent.name}: reach.md without reach.csv")
     for path in sorted(results.glob("*/reach.csv")):
         folder = path.parent
-        rows, cells = _csv(path), _finished(folder)
+        rows, cells = csv_rows(path), _finished(folder)
         for job in sorted(set(cells) - {r["job"] for r in rows}):
             f.differences.append(f"{folder.name}/reach.csv: no row for finished cell {job}")
         for row in rows:

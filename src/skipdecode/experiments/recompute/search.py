@@ -13,19 +13,18 @@ is not beside). ``one_model.csv`` itself is checked by :mod:`.summaries`.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+from ..search.front import WRITTEN_BY
 from ..search.trial import METRICS
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows
+from .findings import Findings, check_rows, csv_rows
 
 __all__ = ["check_search"]
 
-_COMMAND = re.compile(r"search\.front (\S+)(?: --against (\S+))?(?: --min-speed (\S+))?`")
 _TRIAL = re.compile(r"^trial (\d+), ")
 
 
@@ -44,7 +43,7 @@ def _front(trials: list[dict[str, Any]]) -> set[str]:
 
 
 def _beside(one_model: Path, metric: str) -> dict[tuple[str, ...], dict[str, Any]]:
-    rows = list(csv.DictReader(one_model.open(newline="", encoding="utf-8")))
+    rows = csv_rows(one_model)
     column = f"per_schedule_{metric}"
     full = float(next(r for r in rows if r["schedule"] == "full")[column])
     out = {}
@@ -97,7 +96,7 @@ def _check_page(page: Path, results: Path, found: Findings) -> None:
     found.compare(
         where, "best trial", _named(text, "Best (the fastest"), best["trial"] if best else "none"
     )
-    command = _COMMAND.search(text)
+    command = WRITTEN_BY.search(text)
     if command and command.group(3):
         fast = [t for t in ok if t["speed"] >= float(command.group(3))]
         chosen = max(fast, key=lambda t: (t["delta"], t["speed"]), default=None)

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows
+from .findings import Findings, check_rows, tables_of
+from .tables import median
 
 __all__ = ["check_speculative"]
 
@@ -38,12 +38,6 @@ _CURRENT = (
     "verify", "accept + bookkeeping", "predicted", "measured vs full", "ms/step of full", "exact",
 )  # fmt: skip
 _OWN_PHASES = ("steps_per_round", "drafts_per_round")
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    half = len(ordered) // 2
-    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 def _time_key(full: Mapping[str, Any]) -> str:
@@ -69,10 +63,10 @@ def _check_variant(
             1000 * r[key] / max(steps, 1),
         )
     if "decode_s_per_repeat" in r:
-        found.compare(where, "decode_s (median)", r["decode_s"], _median(r["decode_s_per_repeat"]))
+        found.compare(where, "decode_s (median)", r["decode_s"], median(r["decode_s_per_repeat"]))
         for i, b in enumerate(r.get("per_batch") or []):
             found.compare(
-                where, f"batch {i} decode_s", b["decode_s"], _median(b["decode_s_per_repeat"])
+                where, f"batch {i} decode_s", b["decode_s"], median(b["decode_s_per_repeat"])
             )
     elif key == "decode_s":
         found.skip(
@@ -164,7 +158,7 @@ def _printed(r: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_page(path: Path, record: Mapping[str, Any], found: Findings) -> None:
     page = path.with_suffix(".md")
-    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    tables = tables_of(page)
     table = next((t for t in tables if {"batch", "variant"} <= set(t[0])), None)
     if table is None:
         found.differences.append(f"bench/{path.name}: no page with a variant table beside it")

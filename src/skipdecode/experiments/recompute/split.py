@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ..sweeps.excerpts import page_tables
-from .findings import Findings, check_rows
+from .findings import Findings, check_rows, tables_of
 
-__all__ = ["check_splits"]
+__all__ = ["check_splits", "path_of"]
 
 
-def _path_of(name: str) -> str:
+def path_of(name: str) -> str:
     """``skipdecode-2x-compiled`` -> ``-compiled``; ``skipdecode-full`` -> ``""``."""
     parts = name.split("-")
     return "".join(f"-{p}" for p in parts[2:])
@@ -73,7 +73,7 @@ def _check_variant(
         found.compare(
             where, "theoretical_speedup", r["theoretical_speedup"], layers / r["layers_per_token"]
         )
-    got = _step_and_outside(cell, _path_of(name))
+    got = _step_and_outside(cell, path_of(name))
     if r.get("ideal_speedup") is not None and got is None:
         found.skip(
             "ideal speedups of a path whose cost split the record does not keep "
@@ -86,7 +86,7 @@ def _check_variant(
         found.compare(where, "efficiency", r.get("efficiency"), r["measured_speedup"] / ideal)
     elif got is not None and r.get("efficiency") is not None:
         found.differences.append(f"{where}: an efficiency without its ideal speedup")
-    for floor in ("floor", "compute_floor"):
+    for floor in ("floor", "bandwidth_floor", "compute_floor"):
         if r.get(f"{floor}_ms"):
             found.compare(
                 where, f"{floor}_multiple", r.get(f"{floor}_multiple"), ms / r[f"{floor}_ms"]
@@ -163,7 +163,7 @@ def _check_cell_table(path: Path, record: Mapping[str, Any], found: Findings) ->
     """The cell table of a decode benchmark's own page (``decode-*.md``), by the columns the
     page has."""
     page = path.with_suffix(".md")
-    tables = page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+    tables = tables_of(page)
     table = next((t for t in tables if t[0][2:3] == ["full step ms"]), None)
     if table is None:
         return
@@ -187,7 +187,7 @@ def check_splits(results: Path) -> Findings:
             continue
         for cell in cells:
             where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
-            for path_name in {_path_of(n) for n in cell["variants"] if n.startswith("skipdecode-")}:
+            for path_name in {path_of(n) for n in cell["variants"] if n.startswith("skipdecode-")}:
                 _check_split(where, cell, path_name, found)
             for name, r in cell["variants"].items():
                 if (r or {}).get("decode_ms_per_step"):

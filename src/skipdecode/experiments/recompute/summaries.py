@@ -24,7 +24,6 @@ full's seeds with the same intervals, and full's own row.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ import numpy as np
 
 from ...io import plain_or_gzipped, read_jsonl
 from .bleu import bleu_from_statistics, bleu_statistics, implemented
-from .findings import Findings
+from .findings import Findings, csv_rows
 from .rouge import rouge_scores
 from .tables import mean_interval, mean_interval_every
 
@@ -108,8 +107,7 @@ class _Cells:
     def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
         """``folder``'s finished cells (of ``schedules`` only, where given)."""
         if folder.resolve() not in self.rows:
-            with (folder / "cells.csv").open(newline="", encoding="utf-8") as f:
-                ok = [r for r in csv.DictReader(f) if r.get("status") == "ok"]
+            ok = [r for r in csv_rows(folder / "cells.csv") if r.get("status") == "ok"]
             self.rows[folder.resolve()] = ok
         out = []
         for row in self.rows[folder.resolve()]:
@@ -263,8 +261,7 @@ def _check_extractive(folder: Path, cells: _Cells) -> None:
     against full's references (the stored input keys must be full's), full - point over full's
     seeds, and full's own row."""
     found = cells.found
-    with (folder / "extractive.csv").open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    rows = csv_rows(folder / "extractive.csv")
     points: dict[tuple, list[dict[str, Any]]] = {}
     for r in read_jsonl(plain_or_gzipped(folder / "extractive.jsonl")):
         points.setdefault((r["dataset"], r["model"], r["system"]), []).append(r)
@@ -324,8 +321,7 @@ def _key(kind: str, cell: Mapping[str, Any]) -> tuple:
 def _check_page(folder: Path, page: str, cells: _Cells) -> None:
     """One page's rows against the cells, and no group of cells without its row."""
     found, kind = cells.found, "summaries.csv" if page == "summaries.csv" else "one_model.csv"
-    with (folder / page).open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    rows = csv_rows(folder / page)
     if not rows:
         found.differences.append(f"{folder.name}/{page}: no rows")
         return

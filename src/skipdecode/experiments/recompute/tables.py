@@ -9,16 +9,17 @@ mean (``mean +- t(0.975, n - 1) x sd / sqrt(n)``, the quantiles below), from ``c
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 
 from ..sweeps.table import num
-from .findings import Findings
+from .findings import Findings, csv_rows
 from .speeds import published
 
-__all__ = ["check_tables", "mean_interval", "mean_interval_every", "T975"]
+__all__ = [
+    "check_tables", "mean_interval", "mean_interval_every", "median", "quantile", "T975",
+]  # fmt: skip
 
 #: The 0.975 quantile of Student's t by degrees of freedom (enough for up to 11 seeds).
 T975 = {
@@ -42,9 +43,17 @@ MEANS = ("theoretical_speedup", "batch_speedup", "measured_speedup_decode", "mea
 GROUP = ("dataset", "model", "schedule", "method", "target_speedup", "train_steps")
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+def quantile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted values, linear between the order statistics."""
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the mean of the middle two of an even count)."""
+    return quantile(sorted(values), 0.5)
 
 
 def mean_interval(values: list[float]) -> tuple[float | None, float | None, float | None]:
@@ -93,7 +102,7 @@ def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -
     for cell in cells:
         if cell.get("status") == "ok":
             groups.setdefault(tuple(cell.get(k) or "" for k in GROUP), []).append(cell)
-    for row in _rows(folder / "results.csv"):
+    for row in csv_rows(folder / "results.csv"):
         members = groups.get(tuple(row.get(k) or "" for k in GROUP), [])
         where = f"{folder.name}/results.csv {row.get('schedule')} ({row.get('method')})"
         found.compare(where, "n_seeds", row.get("n_seeds"), len(members))
@@ -114,7 +123,7 @@ def check_tables(results: Path) -> Findings:
         if not (folder / "results.csv").is_file():
             found.skip("folders with cells.csv but no results.csv")
             continue
-        cells = _rows(folder / "cells.csv")
+        cells = csv_rows(folder / "cells.csv")
         _check_cells(folder, cells, found)
         _check_results(folder, cells, found)
     return found

@@ -9,12 +9,11 @@ reserved peak; the final training and validation losses are the last ones the ru
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
 
-from .findings import Findings
+from .findings import Findings, csv_rows
 
 __all__ = ["check_training"]
 
@@ -40,8 +39,7 @@ def _last_logged(run: Path, key: str) -> float | None:
     path = run / "csv" / "metrics.csv"
     if not path.is_file():
         return None
-    with path.open(newline="", encoding="utf-8") as f:
-        values = [row[key] for row in csv.DictReader(f) if row.get(key)]
+    values = [row[key] for row in csv_rows(path) if row.get(key)]
     return float(values[-1]) if values else None
 
 

@@ -33,7 +33,8 @@ from ..sweeps.table import csv_text
 from .trial import METRICS, TRIAL_FILE
 
 __all__ = [
-    "best_at_speed", "best_trial", "pareto_front", "read_trials", "rewrite_page", "write_front",
+    "WRITTEN_BY", "best_at_speed", "best_trial", "pareto_front", "read_trials", "rewrite_page",
+    "write_front",
 ]  # fmt: skip
 
 COLUMNS = ("trial", "status", "schedule", "speed", "delta", "feasible", "front", "error")
@@ -251,7 +252,7 @@ def write_front(
 
 
 #: The command a page says wrote it: the sweep, ``--against`` and ``--min-speed``.
-_WRITTEN_BY = re.compile(r"search\.front (\S+)(?: --against (\S+))?(?: --min-speed (\S+))?`")
+WRITTEN_BY = re.compile(r"search\.front (\S+)(?: --against (\S+))?(?: --min-speed (\S+))?`")
 
 
 def rewrite_page(sweep: Path, root: Path) -> Path | None:
@@ -261,7 +262,7 @@ def rewrite_page(sweep: Path, root: Path) -> Path | None:
     page = root / sweep / "search.md"
     if not page.is_file():
         return None
-    found = _WRITTEN_BY.search(page.read_text(encoding="utf-8"))
+    found = WRITTEN_BY.search(page.read_text(encoding="utf-8"))
     if found is None:
         raise ValueError(f"{page}: names no search.front command to write it again")
     named, against, min_speed = found.groups()
