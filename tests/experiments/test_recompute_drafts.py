@@ -4,27 +4,23 @@ the benchmark records they compare, and a planted defect is caught."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.drafts import check_drafts
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 NAME = "speculative-budgets"
 
 
 @pytest.fixture
 def bench(tmp_path) -> Path:
-    out = tmp_path / "results" / "bench"
-    out.mkdir(parents=True)
-    for name in (NAME, *(f"{NAME}-b{b}" for b in (6, 8, 10, 12))):
-        shutil.copy(RESULTS / "bench" / f"{name}.json", out / f"{name}.json")
-    shutil.copy(RESULTS / "bench" / f"{NAME}.md", out / f"{NAME}.md")
-    found = check_drafts(tmp_path / "results")
+    runs = [f"bench/{NAME}-b{b}.json" for b in (6, 8, 10, 12)]
+    results = published_copy(tmp_path, f"bench/{NAME}.json", f"bench/{NAME}.md", *runs)
+    found = check_drafts(results)
     assert found.differences == [] and found.checked > 200
-    return out
+    return results / "bench"
 
 
 def test_the_committed_draft_comparisons_recompute():
@@ -58,12 +54,11 @@ def test_a_misplaced_chosen_mark_or_interval_is_caught(bench):
 
 def test_a_seed_comparison_its_runs_do_not_give_is_caught(tmp_path):
     seeds = "speculative-b10-shape-seeds"
-    out = tmp_path / "results" / "bench"
-    out.mkdir(parents=True)
     record = json.loads((RESULTS / "bench" / f"{seeds}.json").read_text())
-    for name in [*record["first"], *record["second"], f"results/bench/{seeds}.json"]:
-        shutil.copy(RESULTS.parent / name, out / Path(name).name)
-    shutil.copy(RESULTS / "bench" / f"{seeds}.md", out / f"{seeds}.md")
+    runs = [
+        Path(name).relative_to("results").as_posix() for name in record["first"] + record["second"]
+    ]
+    out = published_copy(tmp_path, f"bench/{seeds}.json", f"bench/{seeds}.md", *runs) / "bench"
     assert check_drafts(tmp_path / "results").differences == []
     page = out / f"{seeds}.md"
     text = page.read_text()

@@ -4,12 +4,10 @@ planted defect in the scores or the page is caught."""
 from __future__ import annotations
 
 import csv
-import shutil
-from pathlib import Path
+
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.e2e_suite import check_e2e_suite
-
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def test_the_committed_suite_pages_recompute():
@@ -18,10 +16,8 @@ def test_the_committed_suite_pages_recompute():
 
 
 def test_a_score_or_a_page_cell_that_moved_is_caught(tmp_path):
-    folder = tmp_path / "results" / "e2e_smollm2"
-    folder.mkdir(parents=True)
-    for name in ("e2e_suite.csv", "e2e_suite.md"):
-        shutil.copy(RESULTS / "e2e_smollm2" / name, folder / name)
+    names = ("e2e_smollm2/e2e_suite.csv", "e2e_smollm2/e2e_suite.md")
+    folder = published_copy(tmp_path, *names) / "e2e_smollm2"
     assert check_e2e_suite(tmp_path / "results").differences == []
     page = folder / "e2e_suite.md"
     text = page.read_text()

@@ -4,25 +4,20 @@ planted defect in the cells or the page is caught."""
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import pytest
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.matched import check_matched
-
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 @pytest.fixture
 def folder(tmp_path) -> Path:
-    out = tmp_path / "results" / "e2e_smollm2"
-    out.mkdir(parents=True)
-    for name in ("cells.csv", "matched.md"):
-        shutil.copy(RESULTS / "e2e_smollm2" / name, out / name)
-    found = check_matched(tmp_path / "results")
+    results = published_copy(tmp_path, "e2e_smollm2/cells.csv", "e2e_smollm2/matched.md")
+    found = check_matched(results)
     assert found.differences == [] and found.checked > 50
-    return out
+    return results / "e2e_smollm2"
 
 
 def test_the_committed_matched_pages_recompute():

@@ -6,26 +6,23 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.search import check_search
 from skipdecode.experiments.search.front import rewrite_page
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 FOLDER = "scitldr_randomized"
 
 
 @pytest.fixture
 def results(tmp_path) -> Path:
-    out = tmp_path / "results" / FOLDER
-    shutil.copytree(RESULTS / FOLDER / "search", out / "search")
-    shutil.copy(RESULTS / FOLDER / "one_model.csv", out / "one_model.csv")
-    found = check_search(tmp_path / "results")
+    results = published_copy(tmp_path, f"{FOLDER}/search", f"{FOLDER}/one_model.csv")
+    found = check_search(results)
     assert found.differences == [] and found.checked > 60
-    return tmp_path / "results"
+    return results
 
 
 def test_the_committed_search_pages_recompute_and_rewrite_unchanged(tmp_path):
@@ -33,8 +30,7 @@ def test_the_committed_search_pages_recompute_and_rewrite_unchanged(tmp_path):
     assert found.differences == [] and found.checked > 100
     for folder in ("scitldr_randomized", "e2e_randomized"):
         page = RESULTS / folder / "search" / "search.md"
-        shutil.copytree(RESULTS / folder, tmp_path / "results" / folder)
-        copy = tmp_path / "results" / folder / "search" / "search.md"
+        copy = published_copy(tmp_path, folder) / folder / "search" / "search.md"
         lines = page.read_text().splitlines(keepends=True)
         copy.write_text("".join(lines[:-1]))  # a row lost: the rewrite must put it back
         rewrite_page(Path("results") / folder / "search", tmp_path)

@@ -4,14 +4,13 @@ and a planted defect in a page or an answer is caught."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.spec_bench import check_spec_bench
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 RUNS = ("spec-bench-b8-base", "spec-bench-b8-finetuned", "spec-bench-240-b8-base")
 PAGES = ("spec-bench-b8-compare", "spec-bench-240-b8-base-intervals")
 
@@ -20,16 +19,11 @@ PAGES = ("spec-bench-b8-compare", "spec-bench-240-b8-base-intervals")
 def results(tmp_path) -> Path:
     """Two small runs, a third with its intervals page, and the comparison of the first two,
     laid out as in the repository (records name their runs by ``results/bench/<name>``)."""
-    bench = tmp_path / "results" / "bench"
-    bench.mkdir(parents=True)
-    for name in RUNS:
-        shutil.copytree(RESULTS / "bench" / name, bench / name)
-    for name in (*RUNS, *PAGES):
-        for suffix in (".json", ".md"):
-            shutil.copy(RESULTS / "bench" / f"{name}{suffix}", bench / f"{name}{suffix}")
-    found = check_spec_bench(tmp_path / "results")
+    pages = [f"bench/{name}{suffix}" for name in (*RUNS, *PAGES) for suffix in (".json", ".md")]
+    results = published_copy(tmp_path, *(f"bench/{name}" for name in RUNS), *pages)
+    found = check_spec_bench(results)
     assert found.differences == [] and found.checked > 300
-    return tmp_path / "results"
+    return results
 
 
 def _replace(path: Path, old: str, new: str) -> None:

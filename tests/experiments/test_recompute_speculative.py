@@ -4,28 +4,24 @@ from their counts and seconds, and a planted defect in a record or a page is cau
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.speculative import check_speculative
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: One record of the current layout (with a round's cost split) and one of the first.
 RECORDS = ("speculative-budgets-b10", "speculative-smollm2")
 
 
 @pytest.fixture
 def bench(tmp_path) -> Path:
-    out = tmp_path / "results" / "bench"
-    out.mkdir(parents=True)
-    for name in RECORDS:
-        for suffix in (".json", ".md"):
-            shutil.copy(RESULTS / "bench" / f"{name}{suffix}", out / f"{name}{suffix}")
-    found = check_speculative(tmp_path / "results")
+    pages = [f"bench/{name}{suffix}" for name in RECORDS for suffix in (".json", ".md")]
+    results = published_copy(tmp_path, *pages)
+    found = check_speculative(results)
     assert found.differences == [] and found.checked > 200
-    return out
+    return results / "bench"
 
 
 def _differences(bench: Path) -> list[str]:

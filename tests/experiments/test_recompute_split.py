@@ -5,26 +5,23 @@ caught."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from published import RESULTS, published_copy
 
 from skipdecode.experiments.recompute.split import check_splits
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 NAME = "where-skipping-pays-cpu"
 
 
 @pytest.fixture
 def bench(tmp_path) -> Path:
-    out = tmp_path / "results" / "bench"
-    out.mkdir(parents=True)
-    for page in (f"{NAME}.json", f"{NAME}.md", f"{NAME}-split.md"):
-        shutil.copy(RESULTS / "bench" / page, out / page)
-    found = check_splits(tmp_path / "results")
+    pages = (f"bench/{NAME}.json", f"bench/{NAME}.md", f"bench/{NAME}-split.md")
+    results = published_copy(tmp_path, *pages)
+    found = check_splits(results)
     assert found.differences == [] and found.checked > 100
-    return out
+    return results / "bench"
 
 
 def test_the_committed_cost_splits_recompute():
@@ -54,10 +51,7 @@ def test_a_split_page_cell_its_record_does_not_give_is_caught(bench):
 
 
 def test_a_decode_pages_cell_table_cell_its_record_does_not_give_is_caught(tmp_path):
-    out = tmp_path / "results" / "bench"
-    out.mkdir(parents=True)
-    for suffix in (".json", ".md"):
-        shutil.copy(RESULTS / "bench" / f"decode-cpu{suffix}", out / f"decode-cpu{suffix}")
+    out = published_copy(tmp_path, "bench/decode-cpu.json", "bench/decode-cpu.md") / "bench"
     assert check_splits(tmp_path / "results").differences == []
     page = out / "decode-cpu.md"
     lines = page.read_text().splitlines(keepends=True)
