@@ -13,6 +13,7 @@ from .drafts import check_drafts
 from .e2e_suite import check_e2e_suite
 from .findings import Findings
 from .matched import check_matched
+from .prose import check_prose
 from .provenance import check_provenance
 from .quotes import check_quotes
 from .reach import check_reach
@@ -55,6 +56,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_training(results),
         check_reach(results),
         check_quotes(results, root),
+        check_prose(root),
     ]
 
 
