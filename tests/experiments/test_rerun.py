@@ -3,6 +3,7 @@ cell.json recorded, under its own sweep name and without reuse; checked, then pu
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 from pathlib import Path
@@ -85,3 +86,47 @@ def test_a_rerun_of_another_cell_is_not_published_and_a_finished_one_is_not_run_
     ran.clear()
     rerun([job], sweeps=sweeps, say=lambda _: None)
     assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
+
+
+def _generations(folder: Path, outputs: list[str], gzipped: bool = False) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps({"index": i, "output": o}) + "\n" for i, o in enumerate(outputs))
+    if gzipped:
+        with gzip.open(folder / "generations.jsonl.gz", "wt", encoding="utf-8") as f:
+            f.write(lines)
+    else:
+        (folder / "generations.jsonl").write_text(lines)
+
+
+def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
+    tmp_path, monkeypatch
+):
+    jobs = [_job(tmp_path, "1"), _job(tmp_path, "2", overrides=[*CELL["overrides"][:2], "seed=3"])]
+    sweeps = tmp_path / "sweep"
+    for job in jobs:
+        _generations(job, ["a", "b", "c"], gzipped=True)
+    evaluated = tmp_path / "cells"
+    _generations(evaluated / "1", ["a", "b", "c"])  # job 1's rerun writes the same outputs
+    _generations(evaluated / "2", ["a", "x", "c"])  # job 2's writes one otherwise
+    for job in jobs:
+        cell = sweeps / f"rerun_scitldr_{job.name}" / "0" / "cell.json"
+        cell.parent.mkdir(parents=True)
+        record = evaluated / job.name / "record.json"
+        cell.write_text(json.dumps({**CELL, "record": str(record)}))
+    ran = []
+    monkeypatch.setattr(
+        rerun_module.subprocess,
+        "run",
+        lambda cmd, check: ran.append(cmd[2]) or subprocess.CompletedProcess(cmd, 0),
+    )
+    with pytest.raises(RerunError, match=r"scitldr/2: 1 of 3 outputs differ: the code"):
+        rerun([jobs[1]], sweeps=sweeps, say=lambda _: None)
+    assert ran == []  # nothing published
+    said = []
+    rerun(jobs, sweeps=sweeps, say=said.append)  # the whole folder: one code again
+    assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
+    assert any("scitldr/2: 1 of 3 outputs differ" in line for line in said)
+    ran.clear()
+    rerun([jobs[1]], sweeps=sweeps, say=lambda _: None, outputs_may_differ=True)
+    assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
+    rerun([jobs[0]], sweeps=sweeps, say=lambda _: None)  # alike: nothing to refuse

@@ -7,7 +7,10 @@ trained model: the way to a record that keeps them is to train and evaluate the 
 each published job this runs the sweep command its ``cell.json`` recorded (its overrides) under
 the sweep name ``rerun_<folder>_<job>`` with ``sweep.reuse=false`` (no checkpoint resumed, no
 evaluation restored), checks that the rerun is the cell it replaces (the same cell id: the same
-training config), publishes the reruns into their folder with ``--update`` (each replaces the
+training config) and writes the outputs it published (where the code that trains or decodes a
+cell changed since, the same config can write other text: such a rerun is published only beside
+a rerun of every job of its folder, so one table never mixes two codes, or with
+``--outputs-may-differ``), publishes the reruns into their folder with ``--update`` (each replaces the
 job of the same model, dataset, schedule and seed; publishing's dirty and busy checks apply) and
 rewrites every generated page (``make docs``). A job whose rerun already finished is not run
 again, so an interrupted command resumes where it stopped::
@@ -26,7 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...io import read_json_or_none
+from ...evaluation.record import GENERATIONS_FILE
+from ...io import plain_or_gzipped, read_json_or_none, read_jsonl
 from .table import CELL_FILE
 
 __all__ = ["Rerun", "RerunError", "plan_rerun", "rerun"]
@@ -87,8 +91,38 @@ def _finished(run: Rerun, sweeps: Path) -> dict | None:
     return next((c for c in cells if c and c.get("status") == "ok"), None)
 
 
+def _outputs(folder: Path) -> list | None:
+    """The outputs of a job's or an evaluation's generations, in input order (None: none kept)."""
+    path = plain_or_gzipped(folder / GENERATIONS_FILE)
+    if not path.is_file():
+        return None
+    rows = sorted(read_jsonl(path), key=lambda row: row.get("index", 0))
+    return [row.get("output") for row in rows]
+
+
+def _changed_outputs(run: Rerun, cell: dict) -> str | None:
+    """How many of the published job's outputs its rerun writes otherwise (None: all alike, or
+    nothing to compare)."""
+    published = _outputs(run.job)
+    again = _outputs(Path(cell["record"]).parent) if cell.get("record") else None
+    if published is None or again is None:
+        return None
+    differ = sum(a != b for a, b in zip(published, again)) + abs(len(published) - len(again))
+    return f"{run.job}: {differ} of {len(published)} outputs differ" if differ else None
+
+
+def _whole(folder: Path, runs: Sequence[Rerun]) -> bool:
+    """Whether the reruns cover every published job of ``folder``."""
+    published = {p.parent.name for p in folder.glob(f"*/{CELL_FILE}")}
+    return published <= {r.job.name for r in runs if r.folder == folder}
+
+
 def rerun(
-    jobs: Sequence[Path], dry_run: bool = False, sweeps: Path = SWEEPS, say=print
+    jobs: Sequence[Path],
+    dry_run: bool = False,
+    sweeps: Path = SWEEPS,
+    say=print,
+    outputs_may_differ: bool = False,
 ) -> list[list[str]]:
     """Rerun, check, publish and rewrite the pages (module doc); returns the commands run (with
     ``dry_run``, the commands it would run, nothing run)."""
@@ -116,6 +150,17 @@ def rerun(
                 f"{run.job}: the rerun trained cell {cell.get('cell_id')!r}, not the published "
                 f"{run.cell_id!r} (its training config differs now); nothing published"
             )
+    changed = [] if dry_run else [(r, _changed_outputs(r, _finished(r, sweeps))) for r in runs]
+    partial = [why for r, why in changed if why and not _whole(r.folder, runs)]
+    if partial and not outputs_may_differ:
+        raise RerunError(
+            "; ".join(partial) + ": the code that trains or decodes them changed since they were "
+            "published, so publishing part of a folder would put two codes in one table; rerun "
+            "every job of the folder (or pass --outputs-may-differ); nothing published"
+        )
+    for _, why in changed:
+        if why:
+            say(f"# {why} (published: every job of its folder reran, or --outputs-may-differ)")
     for folder in dict.fromkeys(r.folder for r in runs):
         names = [str(r.sweep_dir(sweeps)) for r in runs if r.folder == folder]
         call("skipdecode.aggregate", *names, "--publish", str(folder), "--update")
@@ -130,9 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("jobs", nargs="+", type=Path, help="published job folders: results/<f>/<job>")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument(
+        "--outputs-may-differ",
+        action="store_true",
+        help="publish reruns whose outputs differ from the published ones though other jobs of "
+        "their folder are not rerun (two codes in one table)",
+    )
     args = p.parse_args(argv)
     try:
-        rerun(args.jobs, dry_run=args.dry_run)
+        rerun(args.jobs, dry_run=args.dry_run, outputs_may_differ=args.outputs_may_differ)
     except RerunError as e:
         p.error(str(e))
     return 0
