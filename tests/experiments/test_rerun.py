@@ -90,6 +90,7 @@ def test_a_rerun_of_another_cell_is_not_published_and_a_finished_one_is_not_run_
 
 def _generations(folder: Path, outputs: list[str], gzipped: bool = False) -> None:
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / "record.json").write_text(json.dumps({"files": {"generations": "generations.jsonl"}}))
     lines = "".join(json.dumps({"index": i, "output": o}) + "\n" for i, o in enumerate(outputs))
     if gzipped:
         with gzip.open(folder / "generations.jsonl.gz", "wt", encoding="utf-8") as f:

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...evaluation.record import GENERATIONS_FILE
-from ...io import plain_or_gzipped, read_json_or_none, read_jsonl
+from ...evaluation.record import RECORD_FILE
+from ...io import read_json_or_none
+from .cell_outputs import cell_generations
 from .table import CELL_FILE
 
 __all__ = ["Rerun", "RerunError", "plan_rerun", "rerun"]
@@ -91,20 +92,18 @@ def _finished(run: Rerun, sweeps: Path) -> dict | None:
     return next((c for c in cells if c and c.get("status") == "ok"), None)
 
 
-def _outputs(folder: Path) -> list | None:
-    """The outputs of a job's or an evaluation's generations, in input order (None: none kept)."""
-    path = plain_or_gzipped(folder / GENERATIONS_FILE)
-    if not path.is_file():
-        return None
-    rows = sorted(read_jsonl(path), key=lambda row: row.get("index", 0))
-    return [row.get("output") for row in rows]
+def _outputs(record: Path) -> list | None:
+    """The outputs of the generations beside an evaluation record, in input order (None: none
+    kept)."""
+    found = cell_generations({"record": str(record)})
+    return None if found is None else [row.get("output") for row in found[0]]
 
 
 def _changed_outputs(run: Rerun, cell: dict) -> str | None:
     """How many of the published job's outputs its rerun writes otherwise (None: all alike, or
     nothing to compare)."""
-    published = _outputs(run.job)
-    again = _outputs(Path(cell["record"]).parent) if cell.get("record") else None
+    published = _outputs(run.job / RECORD_FILE)
+    again = _outputs(Path(cell["record"])) if cell.get("record") else None
     if published is None or again is None:
         return None
     differ = sum(a != b for a, b in zip(published, again)) + abs(len(published) - len(again))
@@ -141,6 +140,7 @@ def rerun(
             say(f"# {run.job}: its rerun finished in {run.sweep_dir(sweeps)}")
         else:
             call("skipdecode.sweep", "-m", *run.overrides)
+    changed = []
     for run in runs if not dry_run else ():
         cell = _finished(run, sweeps)
         if cell is None:
@@ -150,7 +150,7 @@ def rerun(
                 f"{run.job}: the rerun trained cell {cell.get('cell_id')!r}, not the published "
                 f"{run.cell_id!r} (its training config differs now); nothing published"
             )
-    changed = [] if dry_run else [(r, _changed_outputs(r, _finished(r, sweeps))) for r in runs]
+        changed.append((run, _changed_outputs(run, cell)))
     partial = [why for r, why in changed if why and not _whole(r.folder, runs)]
     if partial and not outputs_may_differ:
         raise RerunError(
