@@ -131,3 +131,19 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
     rerun([jobs[1]], sweeps=sweeps, say=lambda _: None, outputs_may_differ=True)
     assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
     rerun([jobs[0]], sweeps=sweeps, say=lambda _: None)  # alike: nothing to refuse
+
+
+def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timings(tmp_path):
+    speeds = {
+        "10": {"measured_speedup_decode": 2.1, "baseline": {"schedule": "full"}},
+        "3": {"measured_speedup_decode": 1.9, "baseline": {"schedule": "full"}},
+        "4": {"measured_speedup_decode": 2.0, "baseline": {"schedule": "full"}, "raw": {"x": 1}},
+        "5": {"measured_speedup_decode": 1.0, "baseline": {"schedule": "self"}},
+        "6": {"measured_speedup_decode": None},
+    }
+    for name, speed in speeds.items():
+        job = tmp_path / "results" / "scitldr" / name
+        job.mkdir(parents=True)
+        (job / "record.json").write_text(json.dumps({"speed": speed}))
+    folder = tmp_path / "results" / "scitldr"
+    assert rerun_module.pending(tmp_path / "results") == {folder: [folder / "3", folder / "10"]}

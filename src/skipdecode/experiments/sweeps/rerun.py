@@ -17,11 +17,19 @@ again, so an interrupted command resumes where it stopped::
 
     python -m skipdecode.experiments.sweeps.rerun results/scitldr_smollm2/1 results/scitldr_smollm2/3
     python -m skipdecode.experiments.sweeps.rerun results/e2e_smollm2/e2e_smollm2_seeds-1 --dry-run
+
+``--pending`` lists, folder by folder, the published jobs whose record publishes a measured
+speedup without the raw timings it comes from (what ``make audit`` counts as not recomputable),
+each folder's rerun command beside them; a folder whose rerun must be whole (its code changed
+since) is rerun with every job::
+
+    python -m skipdecode.experiments.sweeps.rerun --pending results
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -34,7 +42,7 @@ from ...io import read_json_or_none
 from .cell_outputs import cell_generations
 from .table import CELL_FILE
 
-__all__ = ["Rerun", "RerunError", "plan_rerun", "rerun"]
+__all__ = ["Rerun", "RerunError", "pending", "plan_rerun", "rerun"]
 
 SWEEPS = Path("outputs/sweep")
 
@@ -85,6 +93,33 @@ def plan_rerun(job: Path) -> Rerun:
         )
     kept = tuple(o for o in overrides if not o.startswith(("sweep.name=", "sweep.reuse=")))
     return Rerun(job, str(cell["cell_id"]), kept)
+
+
+def _lacks_raw_timings(record: dict) -> bool:
+    """Whether a record publishes a measured speedup over another schedule without the raw
+    timings it comes from (its own baseline's speedups are 1 by definition)."""
+    speed = record.get("speed") or {}
+    baseline = speed.get("baseline")
+    own = isinstance(baseline, dict) and baseline.get("schedule") == "self" or baseline == "self"
+    return not speed.get("raw") and speed.get("measured_speedup_decode") is not None and not own
+
+
+def _natural(path: Path) -> tuple:
+    """Sort key that puts job ``3`` before ``10``."""
+    return tuple(
+        (0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(path))
+    )
+
+
+def pending(results: Path) -> dict[Path, list[Path]]:
+    """The folders under ``results`` (a results tree or one folder) holding an evaluation record
+    that lacks the raw timings of a speedup it publishes, by folder, in natural order."""
+    found: dict[Path, list[Path]] = {}
+    for path in sorted(results.glob(f"**/{RECORD_FILE}"), key=_natural):
+        record = read_json_or_none(path)
+        if record is not None and _lacks_raw_timings(record):
+            found.setdefault(path.parent.parent, []).append(path.parent)
+    return found
 
 
 def _finished(run: Rerun, sweeps: Path) -> dict | None:
@@ -173,7 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("jobs", nargs="+", type=Path, help="published job folders: results/<f>/<job>")
+    p.add_argument("jobs", nargs="*", type=Path, help="published job folders: results/<f>/<job>")
+    p.add_argument(
+        "--pending",
+        type=Path,
+        metavar="RESULTS",
+        help="list the published jobs under RESULTS whose records lack raw timings; run nothing",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument(
         "--outputs-may-differ",
@@ -182,6 +223,18 @@ def main(argv: list[str] | None = None) -> int:
         "their folder are not rerun (two codes in one table)",
     )
     args = p.parse_args(argv)
+    if args.pending is not None:
+        for folder, jobs in pending(args.pending).items():
+            print(f"{folder}: {len(jobs)} without raw timings: {' '.join(j.name for j in jobs)}")
+            if all((j / CELL_FILE).is_file() for j in jobs):
+                print(f"  python -m skipdecode.experiments.sweeps.rerun {' '.join(map(str, jobs))}")
+            else:
+                print(
+                    f"  (no {CELL_FILE}: not a sweep's job; rerun with the command its page names)"
+                )
+        return 0
+    if not args.jobs:
+        p.error("jobs: give published job folders (results/<folder>/<job>), or --pending RESULTS")
     try:
         rerun(args.jobs, dry_run=args.dry_run, outputs_may_differ=args.outputs_may_differ)
     except RerunError as e:
