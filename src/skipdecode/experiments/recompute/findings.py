@@ -13,7 +13,15 @@ from typing import Any
 
 from ..sweeps.excerpts import page_tables
 
-__all__ = ["Findings", "check_rows", "close", "csv_rows", "printed_as", "tables_of"]
+__all__ = [
+    "Findings",
+    "check_rows",
+    "close",
+    "csv_rows",
+    "printed_as",
+    "tables_beside",
+    "tables_of",
+]
 
 #: Relative tolerance of a recomputed number against the published one (float arithmetic in
 #: another order; printed pages are compared at their printed digits instead).
@@ -112,3 +120,12 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 def tables_of(page: Path) -> list[tuple[list[str], list[list[str]]]]:
     """Every Markdown table of ``page`` (none where there is no such page)."""
     return page_tables(page.read_text(encoding="utf-8")) if page.is_file() else []
+
+
+def tables_beside(path: Path, found: Findings) -> list[tuple[list[str], list[list[str]]]]:
+    """Every table of a benchmark record's own page (its name with ``.md``); a record with no
+    such page, or one without a table, is a difference."""
+    tables = tables_of(path.with_suffix(".md"))
+    if not tables:
+        found.differences.append(f"bench/{path.name}: no page with a table beside it")
+    return tables
