@@ -54,6 +54,7 @@ from ..core.costs import ideal_speedup
 from .generation import GenerationRun
 
 __all__ = [
+    "own_baseline",
     "speed_record",
     "ratio",
     "raw_timings",
@@ -153,6 +154,11 @@ def paired_speedups(timed: Sequence[Mapping[str, Sequence[float]]]) -> dict[str,
     return out
 
 
+def own_baseline(speed: Mapping[str, Any]) -> bool:
+    """Whether a record's speed was timed against itself (its speedups are 1 by definition)."""
+    return (speed.get("baseline") or {}).get("schedule") == "self"
+
+
 def published_speedups(speed: Mapping[str, Any]) -> dict[str, Any]:
     """A record's measured speedups as the tables publish them: :func:`paired_speedups` over its
     raw timings. A record written before raw timings were kept publishes the median of the decode
@@ -167,7 +173,7 @@ def published_speedups(speed: Mapping[str, Any]) -> dict[str, Any]:
             "measured_speedup_e2e": paired["measured_speedup_e2e"],
             "speedup_source": "raw timings",
         }
-    if (speed.get("baseline") or {}).get("schedule") == "self":
+    if own_baseline(speed):
         return {
             "measured_speedup_decode": 1.0,
             "measured_speedup_e2e": 1.0,

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...evaluation.record import RECORD_FILE
+from ...evaluation.speed import own_baseline
 from ...io import read_json_or_none
 from .cell_outputs import cell_generations
 from .table import CELL_FILE
@@ -99,9 +100,8 @@ def _lacks_raw_timings(record: dict) -> bool:
     """Whether a record publishes a measured speedup over another schedule without the raw
     timings it comes from (its own baseline's speedups are 1 by definition)."""
     speed = record.get("speed") or {}
-    baseline = speed.get("baseline")
-    own = isinstance(baseline, dict) and baseline.get("schedule") == "self" or baseline == "self"
-    return not speed.get("raw") and speed.get("measured_speedup_decode") is not None and not own
+    measured = speed.get("measured_speedup_decode") is not None
+    return measured and not speed.get("raw") and not own_baseline(speed)
 
 
 def _natural(path: Path) -> tuple:
