@@ -24,3 +24,27 @@ def test_the_loop_gives_generates_tokens_call_after_call(make):
         assert torch.equal(tokens, expected) and prefill > 0 and decode > 0
     with pytest.raises(ValueError, match=f"built for batch 3 and {ids.shape[1] + n} positions"):
         loop.generate(ids, mask, n + 1)
+
+
+def test_the_loop_copies_each_token_out_before_the_next_step():
+    """On a GPU a step replays a CUDA graph that writes its token into one static buffer; the
+    next replay takes a graph's own output as an input in place (no copy) and may write its
+    output first, so a loop that feeds that buffer back reads its own overwritten token (the
+    first GPU run stopped there: "accessing tensor output of CUDAGraphs that has been
+    overwritten"). Here the step behaves so: it writes its output buffer before reading."""
+    model = tiny_llama(4)
+    ids, mask = left_padded_batch([5, 9, 7])
+    n = 8
+    loop = FastLoop(model, batch_size=3, max_len=ids.shape[1] + n, compiled=False)
+    expected, _, _ = loop.generate(ids, mask, n)
+    static = torch.zeros(3, 1, dtype=torch.long)
+    one_token = loop._step
+
+    def replay(token, position, column):
+        static.fill_(PAD)  # the output written first: an input aliasing it is gone
+        static.copy_(one_token(token, position, column))
+        return static
+
+    loop._step = replay
+    tokens, _, _ = loop.generate(ids, mask, n)
+    assert torch.equal(tokens, expected)

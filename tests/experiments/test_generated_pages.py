@@ -9,8 +9,10 @@ from pathlib import Path
 
 from skipdecode.experiments.benchmarks.gpu_page import (
     COMPOSITE_NOTE,
+    UNTRAINED_NOTE,
     gpu_page,
     readme_table,
+    step_targets,
     write_gpu_page,
 )
 from skipdecode.experiments.benchmarks.gpu_train_page import train_page
@@ -93,7 +95,7 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
         "cells": [_cell(1, 2.0, 3.0, True), _cell(8, 4.0, 3.0, False)],
         "provenance": {"git": {"commit": "abc", "dirty": False}, "device": {"device": "GPU"}},
     }
-    (bench / "decode-gpu-smollm2.json").write_text(json.dumps(record))
+    (bench / "decode-gpu-smollm2-step.json").write_text(json.dumps(record))
     (bench / "decode-gpu-cpu.json").write_text(json.dumps({**record, "args": {"device": "cpu"}}))
     page = gpu_page(bench)
     assert "decode-gpu-cpu" not in page  # only CUDA-graph records on a GPU
@@ -114,6 +116,68 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
     assert readme.read_text() == f"intro\n{start}\n{readme_table(bench)}{end}\nrest\n"
     write_gpu_page(tmp_path)
     assert (tmp_path / "bench" / "decode-gpu.md").read_text() == page
+
+
+def _step_cell(batch: int, ms: dict[str, float], **extra) -> dict:
+    variants = {
+        name: {"decode_ms_per_step": v, "bandwidth_floor_ms": 1.0} for name, v in ms.items()
+    }
+    for name in variants:
+        if name.startswith("lossless-"):
+            variants[name]["tokens_per_round"] = 1.0
+    return {"batch_size": batch, "variants": variants, **extra}
+
+
+def test_whole_step_targets_are_judged_from_the_numbers():
+    """The whole-step targets: SmolLM2's ms a step and the ratios to the gpt-fast-style loop at
+    batch 1, the OPT shapes' multiples of the full model's bandwidth floor at batch 1 and 8, and
+    the lossless rows, never judged on random weights."""
+    assert step_targets("smollm2-135m", [_step_cell(1, {"skipdecode-full-graphs": 1.0})]) == []
+    timed = {
+        "skipdecode-full-step": 0.9, "skipdecode-2x-step": 0.6,
+        "transformers-loop-compiled": 1.0, "lossless-k2-b10-step": 1.8,
+    }  # fmt: skip
+    lines = step_targets("smollm2-135m", [_step_cell(1, timed)])
+    assert lines == [
+        "- skipdecode-full-step at batch 1: 0.90 ms (target 1.0 ms): met",
+        "- skipdecode-2x-step at batch 1: 0.60 ms (target 0.55 ms): missed",
+        "- skipdecode-full-step: 0.90x of the loop's time (target at most 1.05x): met",
+        "- skipdecode-2x-step: 1.67x faster than the loop (target faster 1.8x): missed",
+        "- lossless-k2-b10-step at batch 1: 0.50x our full path with 1.00 tokens a round "
+        "measured in this run (target 1.2x with a trained draft): not judged, random weights "
+        "accept no proposal; a trained draft's weights did not travel to this run",
+    ]
+    del timed["transformers-loop-compiled"]
+    failed = {"transformers-loop-compiled": "RuntimeError: overwritten\n  by a later run"}
+    lines = step_targets("smollm2-135m", [_step_cell(1, timed, failed=failed)])
+    assert lines[2] == (
+        "- skipdecode-full-step against the gpt-fast-style loop (target at most 1.05x): not "
+        "measured, the loop did not run (RuntimeError: overwritten by a later run)"
+    )
+    opt = [
+        _step_cell(1, {"skipdecode-full-step": 1.2, "skipdecode-2x-step": 0.9}),
+        _step_cell(8, {"skipdecode-full-step": 1.5, "skipdecode-2x-step": 1.1}),
+    ]
+    assert step_targets("opt-1.3b", opt) == [
+        "- skipdecode-full-step at batch 1: 1.20x the bandwidth floor (target at most 1.3x): met",
+        "- skipdecode-2x-step at batch 1: 0.90 ms against the full model's bandwidth floor "
+        "1.00 ms (target below it): met",
+        "- skipdecode-full-step at batch 8: 1.50x the bandwidth floor (target at most 1.3x): "
+        "missed",
+        "- skipdecode-2x-step at batch 8: 1.10 ms against the full model's bandwidth floor "
+        "1.00 ms (target below it): missed",
+    ]
+
+
+def test_readme_leaves_out_lossless_rows_timed_on_random_weights(tmp_path):
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    cell = _step_cell(1, {"skipdecode-full-step": 1.0, "lossless-k2-b10-step": 2.0})
+    record = {"args": {"cuda_graphs": "True", "device": "cuda"}, "cells": [cell]}
+    (bench / "decode-gpu-smollm2-step.json").write_text(json.dumps(record))
+    table = readme_table(bench)
+    assert "| skipdecode-full-step |" in table and "| lossless" not in table
+    assert table.rstrip().endswith(UNTRAINED_NOTE)
 
 
 def test_committed_gpu_page_is_the_one_make_docs_writes():

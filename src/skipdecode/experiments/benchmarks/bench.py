@@ -17,10 +17,8 @@ step that runs ``m`` layers ideally costs ``t_other + m * t_layer``. Efficiency 
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,13 +32,12 @@ from ...evaluation.load import CpuLoad
 from ...models.shapes import SHAPES, build_random_model, device_name, random_prompts
 from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
+from .bench_args import SPEEDUPS, bench_parser
 from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
 from .bench_rows import add_floors, cost_split_of, path_split_of, step_splits, variant_rows
 from .bench_speedups import derive_speedups, flag_batches
 from .bench_step_graphs import step_graph_costs
 from .bench_tables import (
-    add_plan_graphs_option,
-    add_run_options,
     decode_options_of,
     decode_table,
     started_provenance,
@@ -55,7 +52,6 @@ __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"
 
 
 COMPILED_SUFFIXES = ("-compiled", "-compiled-plan", "-graphs", "-step")
-SPEEDUPS = (2, 3, 4, 5)
 
 
 def bench_decode(
@@ -78,10 +74,12 @@ def bench_decode(
     acceptance: dict[str, Any] | None = None,
     compiled_generate: bool = True,
     step_costs: bool = True,
+    loop: bool = True,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median and quartiles of ``repeats``,
     compile time apart. ``compile``: transformers' compiled ``generate`` (unless not
-    ``compiled_generate``) and the compiled path for every schedule; ``plan_graphs``: full with
+    ``compiled_generate``), the gpt-fast-style loop (unless not ``loop``) and the compiled path
+    for every schedule; ``plan_graphs``: full with
     one graph for its layers; ``cuda_graphs``: the CUDA-graph path (``-graphs``) for every
     schedule, each variant warmed up twice, and the CUDA-graph skips, graphs compiled and
     recorded while timed (all must be 0); the eager path then times full only. Each variant's
@@ -98,7 +96,8 @@ def bench_decode(
     schedules |= {f"skipdecode-{s}x": linear_for_speedup(L, s, new_tokens) for s in speedups}
     variants = _variants(
         model, decoders, schedules, (ids, mask), new_tokens,
-        with_transformers, compile and compiled_generate, (lossless_ks, draft_budget),
+        with_transformers, (compile and compiled_generate, compile and loop),
+        (lossless_ks, draft_budget),
     )  # fmt: skip
     skips = cudagraph_skips()
     warm, failed = warm_up(variants, twice=cuda_graphs)  # compiles (and records graphs)
@@ -179,11 +178,11 @@ def _variants(
     prompts: tuple[torch.Tensor, torch.Tensor],
     new_tokens: int,
     with_transformers: bool,
-    compiled_generate: bool,
+    compiled: tuple[bool, bool],
     lossless: tuple[tuple[int, ...], int],
 ) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every timed call of a cell, by variant name: transformers' ``generate`` (eager, and
-    compiled), each schedule on each path (the eager path times full only beside the graph
+    with ``compiled``'s two flags compiled and the gpt-fast-style loop), each schedule on each path (the eager path times full only beside the graph
     path, and one graph per plan serves full only), and on the graph path the lossless mode at
     each of ``lossless``'s k with a draft of its budget of layers."""
     ids, mask = prompts
@@ -230,8 +229,9 @@ def _variants(
     variants: dict[str, Callable[[], dict[str, Any]]] = {}
     if with_transformers:
         variants["transformers-generate"] = lambda: run_hf(False)
-        if compiled_generate:
+        if compiled[0]:
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
+        if compiled[1]:
             loop = FastLoop(model, ids.shape[0], ids.shape[1] + new_tokens)
             variants["transformers-loop-compiled"] = lambda: run_loop(loop)
     for suffix, decoder in decoders.items():
@@ -250,68 +250,8 @@ def _variants(
     return variants
 
 
-# --------------------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    """The benchmark's options."""
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--mode", choices=["decode", "train"], default="decode")
-    p.add_argument("--shapes", nargs="+", default=["opt-1.3b", "smollm2-135m", "tiny"])
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
-    p.add_argument("--prompt-len", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--speedups", nargs="+", type=int, default=list(SPEEDUPS))
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="add transformers' compiled generate (static cache) and the compiled skipdecode "
-        "path for every schedule (compile time reported apart)",
-    )
-    add_plan_graphs_option(
-        p,
-        "also the full schedule compiled as one graph for all its layers "
-        "(skipdecode-full-compiled-plan)",
-    )
-    p.add_argument(
-        "--cuda-graphs",
-        action="store_true",
-        help="add the CUDA-graph path (compile mode reduce-overhead, caches pooled at fixed "
-        "addresses) for the full and every schedule; off a GPU it compiles without graphs and "
-        "says so",
-    )
-    p.add_argument(
-        "--lossless-ks",
-        nargs="+",
-        type=int,
-        default=[],
-        help="with --cuda-graphs: the lossless mode's rounds on the CUDA-graph path at these k "
-        "(a constant draft of --draft-budget layers; per-token time from --acceptance)",
-    )
-    p.add_argument("--draft-budget", type=int, default=10, help="the lossless rows' draft layers")
-    p.add_argument(
-        "--no-compiled-generate",
-        dest="compiled_generate",
-        action="store_false",
-        help="with --compile: leave out transformers' compiled generate (eager generate stays)",
-    )
-    p.add_argument(
-        "--acceptance",
-        type=Path,
-        default=None,
-        help="a lossless-mode benchmark record (python -m skipdecode.experiments.benchmarks."
-        "bench_speculative --draft-budget B) of a trained draft: its tokens per verify at each k",
-    )
-    p.add_argument(
-        "--no-floor", action="store_true", help="skip measuring the device's bandwidth and peak"
-    )
-    add_run_options(p, name=None)
-    return p
-
-
 def main(argv: list[str] | None = None) -> None:
-    p = _parser()
+    p = bench_parser(__doc__)
     args = p.parse_args(argv)
     started = started_provenance(p)
     for s in args.shapes:
@@ -361,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
                     draft_budget=args.draft_budget,
                     acceptance=acceptance,
                     compiled_generate=args.compiled_generate,
+                    loop=args.loop,
                     step_costs=b == args.batch_sizes[0],
                 )
                 cells.append(cell)

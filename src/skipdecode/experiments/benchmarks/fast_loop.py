@@ -4,7 +4,8 @@ The baseline ``generate`` is not: ``generate`` spends most of a small model's st
 (per-step Python, a stop check that reads the device every step, a fresh cache per call).
 :class:`FastLoop` is one compiled one-token step (``fullgraph=True``; ``reduce-overhead``, CUDA
 graphs, on a GPU) over the model's own forward with one static cache allocated once and reused
-(reset between calls), greedy choice on the device, tokens written into a preallocated buffer and
+(reset between calls), greedy choice on the device, each step's token copied out of the graph's
+static output before the next replay overwrites it, tokens written into a preallocated buffer and
 positions and the attention mask kept on the device: no host sync inside the loop; the clock
 reads the device once at each end. Prefill is the model's forward over the prompt (its logits at
 the last position only), eager. Every row of a left-padded batch keeps its own positions.
@@ -98,7 +99,11 @@ class FastLoop:
         position = positions[:, -1:] + 1
         column = torch.tensor([P], device=self.device)
         for i in range(1, new_tokens):
-            token = self._step(token, position, column)
+            if self.device.type == "cuda":  # a new step: the last step's outputs are done with
+                torch.compiler.cudagraph_mark_step_begin()
+            # a replay writes its output into one static buffer that the next replay overwrites:
+            # the token is copied out before it feeds the next step (as gpt-fast does)
+            token = self._step(token, position, column).clone()
             out[:, i : i + 1] = token
             position = position + 1
             column = column + 1

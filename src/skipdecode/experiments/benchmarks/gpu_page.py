@@ -70,6 +70,17 @@ COMPOSITE_NOTE = (
 )
 
 
+#: What README's table says of lossless rows measured on random weights.
+UNTRAINED_NOTE = (
+    "Lossless rows are left out here: with random weights no proposal is accepted, so a round "
+    "yields one token and the row times a round, not the mode with a trained draft "
+    "([decode-gpu.md](results/bench/decode-gpu.md) shows them)."
+)
+#: README's GPU table: the newest SmolLM2 records with whole-step rows (batch 1 and 8, and 32,
+#: two calls of one run).
+README_RECORDS = ("decode-gpu-smollm2-step", "decode-gpu-smollm2-step-b32")
+
+
 def _shape_table(cells: list[dict[str, Any]], measured_only: bool = False) -> str:
     cells = sorted(cells, key=lambda c: c["batch_size"])
     key, peer = _peer(cells[0])
@@ -77,8 +88,9 @@ def _shape_table(cells: list[dict[str, Any]], measured_only: bool = False) -> st
     for c in cells:
         names += [n for n in c["variants"] if n not in names]
     left_out = [n for n in names if any(composite(c["variants"].get(n)) for c in cells)]
+    untrained = [n for n in names if n.startswith("lossless-") and n not in left_out]
     if measured_only:
-        names = [n for n in names if n not in left_out]
+        names = [n for n in names if n not in left_out and n not in untrained]
     head = "| variant | " + " | ".join(f"batch {c['batch_size']}" for c in cells) + " |"
     lines = [head, "|---|" + "---|" * len(cells)]
     for name in names:
@@ -103,7 +115,8 @@ def _shape_table(cells: list[dict[str, Any]], measured_only: bool = False) -> st
         f"ms per decode step, its multiple of the bandwidth floor, and **the speedup over {peer}** "
         "(same card, same process)."
     )
-    tail = f"\n{COMPOSITE_NOTE}\n" if measured_only and left_out else ""
+    notes = [COMPOSITE_NOTE] * bool(left_out) + [UNTRAINED_NOTE] * bool(untrained)
+    tail = "".join(f"\n{n}\n" for n in notes) if measured_only else ""
     return note + "\n\n" + "\n".join(lines) + "\n" + tail
 
 
@@ -118,8 +131,118 @@ def _targets(cells: list[dict[str, Any]]) -> list[str]:
         if composite(r):
             out.append(f"- {name} at batch {batch}: not measured (a composite; target {least}x)")
             continue
+        if name.startswith("lossless-"):
+            out.append(
+                f"- {name} at batch {batch}: {got:.2f}x with {r.get('tokens_per_round', 0):.2f} "
+                f"tokens a round (target {least}x with a trained draft): not judged, random "
+                "weights accept no proposal"
+            )
+            continue
         verdict = "met" if got >= least else "missed"
         out.append(f"- {name} at batch {batch}: {got:.2f}x (target {least}x): {verdict}")
+    return out
+
+
+#: The whole-step issue's targets on the fastest exact path (``-step``): SmolLM2's shape at
+#: batch 1 (ms per step, and against the gpt-fast-style loop), the OPT shapes at batch 1 and 8
+#: (multiples of the full model's bandwidth floor), the lossless mode against our own full path.
+STEP_MS = (("skipdecode-full-step", 1.0), ("skipdecode-2x-step", 0.55))
+STEP_LOOP = (("skipdecode-full-step", "at most", 1.05), ("skipdecode-2x-step", "faster", 1.8))
+STEP_LOSSLESS = ((1, 1.2), (8, 1.0))
+
+
+def _one_line(error: str, most: int = 400) -> str:
+    """An error message on one line, cut at ``most`` characters."""
+    text = " ".join(error.split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _ms(cell: dict[str, Any], name: str) -> float | None:
+    return (cell["variants"].get(name) or {}).get("decode_ms_per_step")
+
+
+def _loop_targets(cell: dict[str, Any]) -> list[str]:
+    """Full against the gpt-fast-style loop (at most 1.05x its time) and 2x (1.8x faster)."""
+    loop = _ms(cell, "transformers-loop-compiled")
+    out = []
+    for name, how, bound in STEP_LOOP:
+        ms = _ms(cell, name)
+        if ms is None:
+            continue
+        if loop is None:
+            why = (cell.get("failed") or {}).get("transformers-loop-compiled", "not timed")
+            out.append(
+                f"- {name} against the gpt-fast-style loop (target {how} {bound}x): not "
+                f"measured, the loop did not run ({_one_line(why)})"
+            )
+            continue
+        got = ms / loop if how == "at most" else loop / ms
+        met = got <= bound if how == "at most" else got >= bound
+        what = "of the loop's time" if how == "at most" else "faster than the loop"
+        out.append(
+            f"- {name}: {got:.2f}x {what} (target {how} {bound}x): {'met' if met else 'missed'}"
+        )
+    return out
+
+
+def _lossless_targets(cell: dict[str, Any], least: float) -> list[str]:
+    """The sync-free lossless rounds at k = 2 against our own full whole-step path; judged only
+    where a trained draft's acceptance was measured in the same run."""
+    full = _ms(cell, "skipdecode-full-step")
+    name = next(
+        (n for n in cell["variants"] if n.startswith("lossless-k2-") and n.endswith("-step")), None
+    )
+    if full is None or name is None:
+        return []
+    r = cell["variants"][name]
+    got = full / r["decode_ms_per_step"]
+    per_round = r.get("tokens_per_round")
+    return [
+        f"- {name} at batch {cell['batch_size']}: {got:.2f}x our full path with "
+        f"{per_round:.2f} tokens a round measured in this run (target {least}x with a trained "
+        "draft): not judged, random weights accept no proposal; a trained draft's weights "
+        "did not travel to this run"
+    ]
+
+
+def step_targets(shape: str, cells: list[dict[str, Any]]) -> list[str]:
+    """The whole-step issue's targets for one shape's cells, each met or missed by the numbers
+    (empty for a record without whole-step rows)."""
+    by_batch = {c["batch_size"]: c for c in cells}
+    if not any(n.endswith("-step") for c in cells for n in c["variants"]):
+        return []
+    out: list[str] = []
+    if shape.startswith("opt-"):
+        for batch in (1, 8):
+            cell = by_batch.get(batch)
+            full = None if cell is None else cell["variants"].get("skipdecode-full-step")
+            two = None if cell is None else _ms(cell, "skipdecode-2x-step")
+            if full is None:
+                continue
+            floor = full["bandwidth_floor_ms"]
+            got = full["decode_ms_per_step"] / floor
+            out.append(
+                f"- skipdecode-full-step at batch {batch}: {got:.2f}x the bandwidth floor "
+                f"(target at most 1.3x): {'met' if got <= 1.3 else 'missed'}"
+            )
+            if two is not None:
+                out.append(
+                    f"- skipdecode-2x-step at batch {batch}: {two:.2f} ms against the full "
+                    f"model's bandwidth floor {floor:.2f} ms (target below it): "
+                    f"{'met' if two < floor else 'missed'}"
+                )
+        return out
+    cell = by_batch.get(1)
+    if cell is not None:
+        for name, most in STEP_MS:
+            ms = _ms(cell, name)
+            if ms is not None:
+                verdict = "met" if ms <= most else "missed"
+                out.append(f"- {name} at batch 1: {ms:.2f} ms (target {most} ms): {verdict}")
+        out += _loop_targets(cell)
+    for batch, least in STEP_LOSSLESS:
+        if batch in by_batch:
+            out += _lossless_targets(by_batch[batch], least)
     return out
 
 
@@ -163,9 +286,18 @@ def _record_section(path: Path, record: dict[str, Any]) -> str:
                     + ", ".join(differ)
                 )
         parts += [*(f"- {line}" for line in checks), ""]
+        failed = [
+            f"- failed at batch {c['batch_size']}: {n}: {_one_line(why)}"
+            for c in mine
+            for n, why in (c.get("failed") or {}).items()
+        ]
+        parts += failed + ([""] if failed else [])
         targets = _targets(mine)
         if targets:
             parts += ["Targets (speedup over compiled `generate`):", "", *targets, ""]
+        targets = step_targets(shape, mine)
+        if targets:
+            parts += ["Whole-step targets (the fastest exact path, `-step`):", "", *targets, ""]
     return "\n".join(parts)
 
 
@@ -175,10 +307,12 @@ def gpu_page(bench: Path) -> str:
     intro = (
         "# Decode on a GPU: the CUDA-graph path beside transformers' `generate`\n\n"
         "Written by `make docs` from the `make bench-gpu` records listed below (random weights in "
-        "each shape). The lossless rows are composites, not measurements on one device: their "
-        "time per token divides the round timed here by the trained draft's tokens per round "
-        "measured on a CPU (each row's flag says so), so README leaves them out and no target is "
-        "judged on them. "
+        "each shape). In the records before whole-step graphs the lossless rows are composites, "
+        "not measurements on one device: their time per token divides the round timed here by "
+        "the trained draft's tokens per round measured on a CPU (each row's flag says so), so "
+        "README leaves them out and no target is judged on them. In the later records a lossless "
+        "row's time per token is its round over the tokens its own rounds yielded in that run, on "
+        "that card; with random weights no proposal is accepted, so a round yields one token. "
         "Every column of every variant is in the record's own table (`<record>.md`).\n"
     )
     if not records:
@@ -187,11 +321,14 @@ def gpu_page(bench: Path) -> str:
 
 
 def readme_table(bench: Path) -> str | None:
-    """README's GPU table: the SmolLM2 record's table (None without one)."""
-    for path, record in graph_records(bench):
-        if path.stem == "decode-gpu-smollm2":
-            return _shape_table(record["cells"], measured_only=True)
-    return None
+    """README's GPU table: the cells of :data:`README_RECORDS` (None without them)."""
+    cells = [
+        c
+        for path, record in graph_records(bench)
+        if path.stem in README_RECORDS
+        for c in record["cells"]
+    ]
+    return _shape_table(cells, measured_only=True) if cells else None
 
 
 def write_gpu_page(results: Path) -> str:
