@@ -77,16 +77,14 @@ def bench_decode(
     loop: bool = True,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median and quartiles of ``repeats``,
-    compile time apart. ``compile``: transformers' compiled ``generate`` (unless not
-    ``compiled_generate``), the gpt-fast-style loop (unless not ``loop``) and the compiled path
-    for every schedule; ``plan_graphs``: full with
-    one graph for its layers; ``cuda_graphs``: the CUDA-graph path (``-graphs``) for every
-    schedule, each variant warmed up twice, and the CUDA-graph skips, graphs compiled and
-    recorded while timed (all must be 0); the eager path then times full only. Each variant's
-    tokens against its reference's (``-graphs``: the compiled path's). ``lossless_ks``: the
-    lossless rounds on the graph path (:mod:`.bench_lossless`). ``limits``: each row's floors.
-    A variant that raises while warming up is left out and its error recorded. ``step_costs``:
-    what whole-step graphs cost to keep (:mod:`.bench_step_graphs`), after the timed calls."""
+    compile time apart. ``compile``: compiled ``generate`` and the gpt-fast-style loop (unless
+    not ``compiled_generate`` / ``loop``) and the compiled path for every schedule;
+    ``plan_graphs``: full on one graph for its layers; ``cuda_graphs``: the CUDA-graph paths
+    (``-graphs``, ``-step``) for every schedule, each variant warmed up twice, the CUDA-graph
+    skips and graphs compiled and recorded while timed (all 0); the eager path then times full
+    only. Tokens against each variant's reference. ``lossless_ks``: lossless rounds on the graph
+    paths (:mod:`.bench_lossless`). ``limits``: each row's floors. A variant that raises while
+    warming up is left out, its error recorded. ``step_costs``: what whole-step graphs cost."""
     dev = torch.device(device)
     model = model if model is not None else build_random_model(shape, dtype, device)
     decoders = _decoders(model, compile, plan_graphs, cuda_graphs)

@@ -17,7 +17,7 @@ from ...provenance import ProvenanceError, provenance, require_recorded_diff
 __all__ = [
     "add_run_options", "cell_text", "decode_table", "speculative_table", "train_table",
     "started_provenance",
-    "decode_options_of",
+    "decode_options_of", "failed_text", "rewrite_tables",
     "write_bench",
 ]  # fmt: skip
 
@@ -165,10 +165,28 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
             + f" {cell_text(c.get('graphs_compiled_while_timed'), '{}')} |"
             + f" {cell_text(c.get('cudagraph_skips'), '{}')} |"
             + f" {cell_text(c.get('graphs_recorded_while_timed'), '{}')} |"
-            + f" {'; '.join(f'{k}: {v}' for k, v in (c.get('failed') or {}).items())} |"
+            + f" {failed_text(c.get('failed'))} |"
             + f" {_load_text(c.get('load'))} |"
         )
     return head + "\n".join(lines) + "\n" + "\n".join(split) + "\n"
+
+
+def failed_text(failed: dict[str, str] | None) -> str:
+    """The variants that failed and their errors, on one line (a table row)."""
+    return "; ".join(f"{k}: {' '.join(str(v).split())}" for k, v in (failed or {}).items())
+
+
+def rewrite_tables(records: list[Path]) -> None:
+    """Each benchmark record's own table (``<stem>.md`` beside ``<stem>.json``) written again
+    from its cells by today's writer: a table an earlier writer broke (a multi-line error in a
+    row) is mended without timing anything again."""
+    import json
+
+    for path in records:
+        record = json.loads(path.read_text())
+        write = train_table if (record.get("args") or {}).get("mode") == "train" else decode_table
+        write_text_atomic(path.with_suffix(".md"), write(record["cells"]))
+        print(f"wrote {path.with_suffix('.md')}")
 
 
 def _load_text(load: dict[str, Any] | None) -> str:
@@ -239,3 +257,11 @@ def speculative_table(cells: list[dict[str, Any]]) -> str:
                 f"{r.get('identical_to_full', '')} |"
             )
     return "\n".join(out) + "\n"
+
+
+if (
+    __name__ == "__main__"
+):  # python -m skipdecode.experiments.benchmarks.bench_tables RECORD.json...
+    import sys
+
+    rewrite_tables([Path(a) for a in sys.argv[1:]])

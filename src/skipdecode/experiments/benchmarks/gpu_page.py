@@ -89,8 +89,9 @@ def _shape_table(cells: list[dict[str, Any]], measured_only: bool = False) -> st
         names += [n for n in c["variants"] if n not in names]
     left_out = [n for n in names if any(composite(c["variants"].get(n)) for c in cells)]
     untrained = [n for n in names if n.startswith("lossless-") and n not in left_out]
-    if measured_only:
+    if measured_only:  # README: measured rows, without the superseded compiled path
         names = [n for n in names if n not in left_out and n not in untrained]
+        names = [n for n in names if not (n.startswith("skipdecode-") and n.endswith("-compiled"))]
     head = "| variant | " + " | ".join(f"batch {c['batch_size']}" for c in cells) + " |"
     lines = [head, "|---|" + "---|" * len(cells)]
     for name in names:
@@ -246,6 +247,21 @@ def step_targets(shape: str, cells: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _step_graph_costs(cells: list[dict[str, Any]]) -> list[str]:
+    """What a first decode records on whole-step graphs, where a cell measured it: plans,
+    graphs, recording time and the memory they hold, at each length."""
+    out = []
+    for c in cells:
+        for g in c.get("step_graphs") or []:
+            out.append(
+                f"whole-step graphs a first {g['schedule']} decode records at batch "
+                f"{c['batch_size']}, {g['new_tokens']} new tokens: {g['graphs_recorded']} for "
+                f"{g['plans']} plans in {g['record_s']:.2f} s, holding {g['allocated_mib']:.1f} "
+                f"MiB (at most {g['limit']} kept)"
+            )
+    return out
+
+
 def _record_section(path: Path, record: dict[str, Any]) -> str:
     prov = record.get("provenance") or {}
     git = prov.get("git") or {}
@@ -286,6 +302,8 @@ def _record_section(path: Path, record: dict[str, Any]) -> str:
                     + ", ".join(differ)
                 )
         parts += [*(f"- {line}" for line in checks), ""]
+        checks = [f"- {line}" for line in _step_graph_costs(mine)]
+        parts += checks + ([""] if checks else [])
         failed = [
             f"- failed at batch {c['batch_size']}: {n}: {_one_line(why)}"
             for c in mine

@@ -154,7 +154,9 @@ def _cell_row(cell: Mapping[str, Any]) -> dict[str, Any]:
         "graphs compiled while timed": [cell.get("graphs_compiled_while_timed")],
         "CUDA-graph skips": [cell.get("cudagraph_skips")],
         "graphs recorded while timed": [cell.get("graphs_recorded_while_timed")],
-        "failed": "; ".join(f"{k}: {v}" for k, v in (cell.get("failed") or {}).items()),
+        "failed": "; ".join(
+            f"{k}: {' '.join(str(v).split())}" for k, v in (cell.get("failed") or {}).items()
+        ),
         "other load %": [100 * load["other_share"]] if load.get("measured") else [],
     }
 
