@@ -52,4 +52,14 @@ cp -r "$SHARED/data/e2e" .device.tmp/shared/data/e2e
 # whole or not at all: the old folders are replaced only once both new ones are complete
 rm -rf .whl .device && mv .whl.tmp .whl && mv .device.tmp .device
 du -sh .whl .device
-echo "carry: .whl .device (with the tracked tree: $(git ls-files -z | du -ch --files0-from=- | tail -1 | cut -f1))"
+mib() { echo $(( ($(cat | tail -1 | cut -f1) + 1048575) / 1048576 )); }
+tree=$(git ls-files -z | du -cb --files0-from=- | mib)
+whl=$(du -cb .whl .device/tree.json | mib)
+rest=$(du -cb .device/smollm2 .device/shared | mib)
+if [ $(( tree + whl + rest )) -le 63 ]; then
+  echo "carry: .whl .device ($(( tree + whl + rest )) MiB with the tracked tree's $tree MiB)"
+else  # a call carries at most 64 MiB: the rest of the kit in the next call (the machine keeps it)
+  echo "carry: .whl .device/tree.json ($(( tree + whl )) MiB with the tracked tree's $tree MiB)," \
+       "then .device/smollm2 .device/shared in the next call ($(( tree + rest )) MiB): the tree," \
+       ".whl and all of .device come to $(( tree + whl + rest )) MiB, over a call's 64"
+fi

@@ -9,11 +9,11 @@
 #
 # writes the git-ignored folder .gguf/<asset>/: part-00, part-01, ... (each at most PART_MIB MiB;
 # by default what a call has room for beside the tree it copies: 64 MiB less the tracked and
-# untracked-but-not-ignored files and .whl/ and .device/ (which ride with part-00), less 1 MiB,
-# so the parts shrink as results/ grows)
-# and SHA256 (the whole file's digest and its name). Each call names one part in `carry`
-# (`.gguf/smollm2/part-00` with .whl and .device in the first call, then each next part, the
-# last with SHA256), so no call carries more than the tree and one part. On the device, after the last:
+# untracked-but-not-ignored files, less 1 MiB, so the parts shrink as results/ grows)
+# and SHA256 (the whole file's digest and its name). The kit (.whl/, .device/) rides in a call of
+# its own first (the warm machine keeps it: ignored paths stay between calls), then each call
+# names one part in `carry` (`.gguf/smollm2/part-00`, then each next part, the last with
+# SHA256), so no call carries more than the tree and one part. On the device, after the last:
 #
 #   bash scripts/device_weights.sh unpack smollm2            # PY=python3 (default there)
 #
@@ -36,14 +36,13 @@ esac
 
 if [ "$mode" = pack ]; then
   PY=${PY_HERE:-.venv/bin/python}
-  if [ -z "${PART_MIB:-}" ]; then  # the room a call leaves beside the tree and the kit
+  if [ -z "${PART_MIB:-}" ]; then  # the room a call leaves beside the tree (the kit rides alone)
     if [ -n "$root" ]; then
       # du leaves out (and complains of) tracked files deleted from the checkout
       tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1 || true)
-      kit=$(du -cb .whl .device 2>/dev/null | tail -1 | cut -f1 || true)
-      PART_MIB=$(( (64 * 1048576 - ${tree:-0} - ${kit:-0}) / 1048576 - 1 ))
-      echo "device_weights: a call copies $(( ${tree:-0} / 1048576 )) MiB of tree and" \
-           "$(( ${kit:-0} / 1048576 )) MiB of .whl/.device; parts of $PART_MIB MiB"
+      PART_MIB=$(( (64 * 1048576 - ${tree:-0}) / 1048576 - 1 ))
+      echo "device_weights: a call copies $(( ${tree:-0} / 1048576 )) MiB of tree; parts of" \
+           "$PART_MIB MiB (the kit, .whl/ and .device/, in a call of its own before them)"
     else
       PART_MIB=29
       echo "device_weights: not a git checkout; parts of $PART_MIB MiB (set PART_MIB to choose)"
