@@ -53,13 +53,20 @@ cp -r "$SHARED/data/e2e" .device.tmp/shared/data/e2e
 rm -rf .whl .device && mv .whl.tmp .whl && mv .device.tmp .device
 du -sh .whl .device
 mib() { echo $(( ($(cat | tail -1 | cut -f1) + 1048575) / 1048576 )); }
-tree=$(git ls-files -z | du -cb --files0-from=- | mib)
+# what a call copies: tracked and untracked-but-not-ignored files (as scripts/device_weights.sh)
+tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | mib)
 whl=$(du -cb .whl .device/tree.json | mib)
 rest=$(du -cb .device/smollm2 .device/shared | mib)
 if [ $(( tree + whl + rest )) -le 63 ]; then
-  echo "carry: .whl .device ($(( tree + whl + rest )) MiB with the tracked tree's $tree MiB)"
-else  # a call carries at most 64 MiB: the rest of the kit in the next call (the machine keeps it)
-  echo "carry: .whl .device/tree.json ($(( tree + whl )) MiB with the tracked tree's $tree MiB)," \
+  echo "carry: .whl .device ($(( tree + whl + rest )) MiB with the tree's $tree MiB)"
+elif [ $(( tree + whl )) -le 63 ] && [ $(( tree + rest )) -le 63 ]; then
+  # a call carries at most 64 MiB: the rest of the kit in the next call (the machine keeps it)
+  echo "carry: .whl .device/tree.json ($(( tree + whl )) MiB with the tree's $tree MiB)," \
        "then .device/smollm2 .device/shared in the next call ($(( tree + rest )) MiB): the tree," \
        ".whl and all of .device come to $(( tree + whl + rest )) MiB, over a call's 64"
+else
+  echo "device_kit: the tree ($tree MiB) leaves no call room for .whl and the manifest" \
+       "($whl MiB) or for the rest of .device ($rest MiB); a call carries at most 64 MiB:" \
+       "shrink the tree" >&2
+  exit 2
 fi

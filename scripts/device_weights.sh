@@ -10,8 +10,9 @@
 # writes the git-ignored folder .gguf/<asset>/: part-00, part-01, ... (each at most PART_MIB MiB;
 # by default what a call has room for beside the tree it copies: 64 MiB less the tracked and
 # untracked-but-not-ignored files, less 1 MiB, so the parts shrink as results/ grows)
-# and SHA256 (the whole file's digest and its name). The kit (.whl/, .device/) rides in a call of
-# its own first (the warm machine keeps it: ignored paths stay between calls), then each call
+# and SHA256 (the whole file's digest and its name). The kit (.whl/, .device/) rides first, in
+# the calls of its own scripts/device_kit.sh names (the warm machine keeps what ignored paths
+# carried), then each call
 # names one part in `carry` (`.gguf/smollm2/part-00`, then each next part, the last with
 # SHA256), so no call carries more than the tree and one part. On the device, after the last:
 #

@@ -27,23 +27,24 @@ def test_the_loop_gives_generates_tokens_call_after_call(make):
 
 
 def test_the_loop_copies_each_token_out_before_the_next_step():
-    """On a GPU a step replays a CUDA graph that writes its token into one static buffer; the
-    next replay takes a graph's own output as an input in place (no copy) and may write its
-    output first, so a loop that feeds that buffer back reads its own overwritten token (the
-    first GPU run stopped there: "accessing tensor output of CUDAGraphs that has been
-    overwritten"). Here the step behaves so: it writes its output buffer before reading."""
+    """On a GPU a step replays a CUDA graph whose output lives in the graph's own memory; the
+    next compiled call starts a new generation of graphs and that output is dead: torch raises
+    ("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run",
+    where the first GPU run stopped). Here the step behaves so: given the tensor it returned
+    last time, it raises."""
     model = tiny_llama(4)
     ids, mask = left_padded_batch([5, 9, 7])
     n = 8
     loop = FastLoop(model, batch_size=3, max_len=ids.shape[1] + n, compiled=False)
     expected, _, _ = loop.generate(ids, mask, n)
-    static = torch.zeros(3, 1, dtype=torch.long)
     one_token = loop._step
+    last: list[torch.Tensor] = []
 
     def replay(token, position, column):
-        static.fill_(PAD)  # the output written first: an input aliasing it is gone
-        static.copy_(one_token(token, position, column))
-        return static
+        if last and token.data_ptr() == last[0].data_ptr():
+            raise RuntimeError("accessing tensor output of CUDAGraphs that has been overwritten")
+        last[:] = [one_token(token, position, column)]
+        return last[0]
 
     loop._step = replay
     tokens, _, _ = loop.generate(ids, mask, n)

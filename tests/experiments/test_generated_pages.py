@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from skipdecode.experiments.benchmarks.gpu_page import (
     COMPOSITE_NOTE,
     UNTRAINED_NOTE,
@@ -147,6 +149,11 @@ def test_whole_step_targets_are_judged_from_the_numbers():
         "measured in this run (target 1.2x with a trained draft): not judged, random weights "
         "accept no proposal; a trained draft's weights did not travel to this run",
     ]
+    trained = step_targets("smollm2-135m", [_step_cell(1, timed)], random_weights=False)
+    assert trained[-1] == (
+        "- lossless-k2-b10-step at batch 1: 0.50x our full path with 1.00 tokens a round "
+        "measured in this run (target 1.2x): missed"
+    )
     del timed["transformers-loop-compiled"]
     failed = {"transformers-loop-compiled": "RuntimeError: overwritten\n  by a later run"}
     lines = step_targets("smollm2-135m", [_step_cell(1, timed, failed=failed)])
@@ -173,11 +180,17 @@ def test_readme_leaves_out_lossless_rows_timed_on_random_weights(tmp_path):
     bench = tmp_path / "bench"
     bench.mkdir()
     cell = _step_cell(1, {"skipdecode-full-step": 1.0, "lossless-k2-b10-step": 2.0})
-    record = {"args": {"cuda_graphs": "True", "device": "cuda"}, "cells": [cell]}
+    args = {"cuda_graphs": "True", "device": "cuda", "shapes": "['smollm2-135m']"}
+    record = {"args": args, "cells": [cell]}
     (bench / "decode-gpu-smollm2-step.json").write_text(json.dumps(record))
     table = readme_table(bench)
     assert "| skipdecode-full-step |" in table and "| lossless" not in table
     assert table.rstrip().endswith(UNTRAINED_NOTE)
+    # a record whose weights were trained (not the random-weight benchmark) keeps its rows
+    del args["shapes"]
+    (bench / "decode-gpu-smollm2-step.json").write_text(json.dumps(record))
+    assert "| lossless-k2-b10-step |" in readme_table(bench)
+    assert UNTRAINED_NOTE not in readme_table(bench)
 
 
 def test_committed_gpu_page_is_the_one_make_docs_writes():
@@ -243,3 +256,25 @@ def test_every_benchmark_row_the_docs_quote_is_a_row_of_a_results_page():
                 quoted += 1
                 assert line.strip() in rows, f"{doc.name}:{n} is in no results page: {line[:80]}"
     assert quoted > 0
+
+
+def test_a_records_own_table_is_rewritten_whole_with_errors_on_one_line(tmp_path):
+    """``bench_tables RECORD.json``: a record's table again from its cells, a failed variant's
+    error on its row's one line; a record of another tool is refused before anything is
+    written."""
+    from skipdecode.experiments.benchmarks.bench_tables import decode_table, rewrite_tables
+
+    record = json.loads((ROOT / "results/bench/decode-gpu-smollm2-step.json").read_text())
+    record["cells"][0]["failed"] = {"loop": "RuntimeError: one\n    two | three"}
+    path = tmp_path / "decode-x.json"
+    path.write_text(json.dumps(record))
+    other = tmp_path / "speculative-x.json"
+    other.write_text(json.dumps({"args": {}, "cells": []}))
+    with pytest.raises(SystemExit, match="args.mode is None; only decode and train"):
+        rewrite_tables([path, other])
+    assert not path.with_suffix(".md").exists()
+    rewrite_tables([path])
+    table = path.with_suffix(".md").read_text()
+    assert table == decode_table(record["cells"])
+    assert "| loop: RuntimeError: one two \\| three |" in table
+    assert all(line.startswith("|") for line in table.strip().splitlines() if line)

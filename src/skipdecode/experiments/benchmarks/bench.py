@@ -179,10 +179,11 @@ def _variants(
     compiled: tuple[bool, bool],
     lossless: tuple[tuple[int, ...], int],
 ) -> dict[str, Callable[[], dict[str, Any]]]:
-    """Every timed call of a cell, by variant name: transformers' ``generate`` (eager, and
-    with ``compiled``'s two flags compiled and the gpt-fast-style loop), each schedule on each path (the eager path times full only beside the graph
-    path, and one graph per plan serves full only), and on the graph path the lossless mode at
-    each of ``lossless``'s k with a draft of its budget of layers."""
+    """Every timed call of a cell, by variant name: transformers' ``generate`` eager, and where
+    ``compiled``'s two flags say, compiled and the gpt-fast-style loop; each schedule on each path
+    (the eager path times full only beside the graph path, and one graph per plan serves full
+    only); and on the graph paths the lossless mode at each of ``lossless``'s k with a draft of
+    its budget of layers."""
     ids, mask = prompts
     L = decoders[""].num_layers
     cuda_graphs = "-graphs" in decoders

@@ -173,7 +173,11 @@ def decode_table(cells: list[dict[str, Any]]) -> str:
 
 def failed_text(failed: dict[str, str] | None) -> str:
     """The variants that failed and their errors, on one line (a table row)."""
-    return "; ".join(f"{k}: {' '.join(str(v).split())}" for k, v in (failed or {}).items())
+
+    def one_line(error: str) -> str:  # no newline and no column bar inside a table row
+        return " ".join(str(error).split()).replace("|", "\\|")
+
+    return "; ".join(f"{k}: {one_line(v)}" for k, v in (failed or {}).items())
 
 
 def rewrite_tables(records: list[Path]) -> None:
@@ -182,10 +186,19 @@ def rewrite_tables(records: list[Path]) -> None:
     row) is mended without timing anything again."""
     import json
 
+    tables = {"decode": decode_table, "train": train_table}
+    chosen = []
     for path in records:
         record = json.loads(path.read_text())
-        write = train_table if (record.get("args") or {}).get("mode") == "train" else decode_table
-        write_text_atomic(path.with_suffix(".md"), write(record["cells"]))
+        mode = (record.get("args") or {}).get("mode")
+        if mode not in tables:
+            raise SystemExit(
+                f"{path}: args.mode is {mode!r}; only decode and train benchmark records "
+                f"(python -m skipdecode.bench) can be rewritten here: {sorted(tables)}"
+            )
+        chosen.append((path, tables[mode](record["cells"])))
+    for path, table in chosen:  # every record read before any table is written
+        write_text_atomic(path.with_suffix(".md"), table)
         print(f"wrote {path.with_suffix('.md')}")
 
 

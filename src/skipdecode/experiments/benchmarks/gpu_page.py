@@ -31,6 +31,12 @@ TARGETS = (
 )
 
 
+def weights_are_random(record: dict[str, Any]) -> bool:
+    """Whether a record's models had random weights: every record of the decode benchmark
+    (``python -m skipdecode.bench``, whose arguments name ``shapes``) builds each shape so."""
+    return "shapes" in (record.get("args") or {})
+
+
 def graph_records(bench: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The CUDA-graph benchmark's records on a CUDA device, by name."""
     out = []
@@ -81,14 +87,18 @@ UNTRAINED_NOTE = (
 README_RECORDS = ("decode-gpu-smollm2-step", "decode-gpu-smollm2-step-b32")
 
 
-def _shape_table(cells: list[dict[str, Any]], measured_only: bool = False) -> str:
+def _shape_table(
+    cells: list[dict[str, Any]], measured_only: bool = False, random_weights: bool = True
+) -> str:
     cells = sorted(cells, key=lambda c: c["batch_size"])
     key, peer = _peer(cells[0])
     names: list[str] = []
     for c in cells:
         names += [n for n in c["variants"] if n not in names]
     left_out = [n for n in names if any(composite(c["variants"].get(n)) for c in cells)]
-    untrained = [n for n in names if n.startswith("lossless-") and n not in left_out]
+    untrained = [
+        n for n in names if random_weights and n.startswith("lossless-") and n not in left_out
+    ]
     if measured_only:  # README: measured rows, without the superseded compiled path
         names = [n for n in names if n not in left_out and n not in untrained]
         names = [n for n in names if not (n.startswith("skipdecode-") and n.endswith("-compiled"))]
@@ -121,7 +131,7 @@ def _shape_table(cells: list[dict[str, Any]], measured_only: bool = False) -> st
     return note + "\n\n" + "\n".join(lines) + "\n" + tail
 
 
-def _targets(cells: list[dict[str, Any]]) -> list[str]:
+def _targets(cells: list[dict[str, Any]], random_weights: bool) -> list[str]:
     by_batch = {c["batch_size"]: c for c in cells}
     out = []
     for name, batch, least in TARGETS:
@@ -132,7 +142,7 @@ def _targets(cells: list[dict[str, Any]]) -> list[str]:
         if composite(r):
             out.append(f"- {name} at batch {batch}: not measured (a composite; target {least}x)")
             continue
-        if name.startswith("lossless-"):
+        if random_weights and name.startswith("lossless-"):
             out.append(
                 f"- {name} at batch {batch}: {got:.2f}x with {r.get('tokens_per_round', 0):.2f} "
                 f"tokens a round (target {least}x with a trained draft): not judged, random "
@@ -186,9 +196,9 @@ def _loop_targets(cell: dict[str, Any]) -> list[str]:
     return out
 
 
-def _lossless_targets(cell: dict[str, Any], least: float) -> list[str]:
+def _lossless_targets(cell: dict[str, Any], least: float, random_weights: bool) -> list[str]:
     """The sync-free lossless rounds at k = 2 against our own full whole-step path; judged only
-    where a trained draft's acceptance was measured in the same run."""
+    where the record's weights are trained (a random model accepts no proposal)."""
     full = _ms(cell, "skipdecode-full-step")
     name = next(
         (n for n in cell["variants"] if n.startswith("lossless-k2-") and n.endswith("-step")), None
@@ -197,18 +207,22 @@ def _lossless_targets(cell: dict[str, Any], least: float) -> list[str]:
         return []
     r = cell["variants"][name]
     got = full / r["decode_ms_per_step"]
-    per_round = r.get("tokens_per_round")
-    return [
-        f"- {name} at batch {cell['batch_size']}: {got:.2f}x our full path with "
-        f"{per_round:.2f} tokens a round measured in this run (target {least}x with a trained "
-        "draft): not judged, random weights accept no proposal; a trained draft's weights "
-        "did not travel to this run"
-    ]
+    head = f"- {name} at batch {cell['batch_size']}: {got:.2f}x our full path"
+    if r.get("tokens_per_round") is None:
+        return [f"{head} (target {least}x): not judged, no tokens per round in the record"]
+    text = f"{head} with {r['tokens_per_round']:.2f} tokens a round measured in this run"
+    if random_weights:
+        return [
+            f"{text} (target {least}x with a trained draft): not judged, random weights accept "
+            "no proposal; a trained draft's weights did not travel to this run"
+        ]
+    return [f"{text} (target {least}x): {'met' if got >= least else 'missed'}"]
 
 
-def step_targets(shape: str, cells: list[dict[str, Any]]) -> list[str]:
+def step_targets(shape: str, cells: list[dict[str, Any]], random_weights: bool = True) -> list[str]:
     """The whole-step issue's targets for one shape's cells, each met or missed by the numbers
-    (empty for a record without whole-step rows)."""
+    (empty for a record without whole-step rows); ``random_weights``: the lossless rows are
+    then not judged."""
     by_batch = {c["batch_size"]: c for c in cells}
     if not any(n.endswith("-step") for c in cells for n in c["variants"]):
         return []
@@ -243,21 +257,22 @@ def step_targets(shape: str, cells: list[dict[str, Any]]) -> list[str]:
         out += _loop_targets(cell)
     for batch, least in STEP_LOSSLESS:
         if batch in by_batch:
-            out += _lossless_targets(by_batch[batch], least)
+            out += _lossless_targets(by_batch[batch], least, random_weights)
     return out
 
 
 def _step_graph_costs(cells: list[dict[str, Any]]) -> list[str]:
     """What a first decode records on whole-step graphs, where a cell measured it: plans,
-    graphs, recording time and the memory they hold, at each length."""
+    graphs, recording time and the device memory the decode adds (its cache and pool included:
+    measured before and after the whole first decode), at each length."""
     out = []
     for c in cells:
         for g in c.get("step_graphs") or []:
             out.append(
                 f"whole-step graphs a first {g['schedule']} decode records at batch "
                 f"{c['batch_size']}, {g['new_tokens']} new tokens: {g['graphs_recorded']} for "
-                f"{g['plans']} plans in {g['record_s']:.2f} s, holding {g['allocated_mib']:.1f} "
-                f"MiB (at most {g['limit']} kept)"
+                f"{g['plans']} plans in {g['record_s']:.2f} s; the decode adds "
+                f"{g['allocated_mib']:.1f} MiB, its cache included (at most {g['limit']} kept)"
             )
     return out
 
@@ -283,7 +298,7 @@ def _record_section(path: Path, record: dict[str, Any]) -> str:
     cells = record["cells"]
     for shape in dict.fromkeys(c["shape"] for c in cells):
         mine = [c for c in cells if c["shape"] == shape]
-        parts += [f"### {shape}", "", _shape_table(mine)]
+        parts += [f"### {shape}", "", _shape_table(mine, random_weights=weights_are_random(record))]
         checks = [
             f"graphs compiled / recorded while timed, CUDA-graph skips at batch {c['batch_size']}"
             f": {c['graphs_compiled_while_timed']} / {c.get('graphs_recorded_while_timed')} / "
@@ -310,10 +325,10 @@ def _record_section(path: Path, record: dict[str, Any]) -> str:
             for n, why in (c.get("failed") or {}).items()
         ]
         parts += failed + ([""] if failed else [])
-        targets = _targets(mine)
+        targets = _targets(mine, weights_are_random(record))
         if targets:
             parts += ["Targets (speedup over compiled `generate`):", "", *targets, ""]
-        targets = step_targets(shape, mine)
+        targets = step_targets(shape, mine, weights_are_random(record))
         if targets:
             parts += ["Whole-step targets (the fastest exact path, `-step`):", "", *targets, ""]
     return "\n".join(parts)
@@ -340,13 +355,11 @@ def gpu_page(bench: Path) -> str:
 
 def readme_table(bench: Path) -> str | None:
     """README's GPU table: the cells of :data:`README_RECORDS` (None without them)."""
-    cells = [
-        c
-        for path, record in graph_records(bench)
-        if path.stem in README_RECORDS
-        for c in record["cells"]
-    ]
-    return _shape_table(cells, measured_only=True) if cells else None
+    chosen = [record for path, record in graph_records(bench) if path.stem in README_RECORDS]
+    if not chosen:
+        return None
+    cells = [c for record in chosen for c in record["cells"]]
+    return _shape_table(cells, True, any(weights_are_random(r) for r in chosen))
 
 
 def write_gpu_page(results: Path) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..benchmarks.bench_tables import failed_text
 from ..sweeps.excerpts import page_tables
 from .findings import Findings, check_rows, tables_of
 
@@ -154,9 +155,7 @@ def _cell_row(cell: Mapping[str, Any]) -> dict[str, Any]:
         "graphs compiled while timed": [cell.get("graphs_compiled_while_timed")],
         "CUDA-graph skips": [cell.get("cudagraph_skips")],
         "graphs recorded while timed": [cell.get("graphs_recorded_while_timed")],
-        "failed": "; ".join(
-            f"{k}: {' '.join(str(v).split())}" for k, v in (cell.get("failed") or {}).items()
-        ),
+        "failed": failed_text(cell.get("failed")),
         "other load %": [100 * load["other_share"]] if load.get("measured") else [],
     }
 
