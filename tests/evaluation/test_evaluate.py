@@ -426,3 +426,48 @@ def test_validation_lengths_are_those_of_the_validation_sources_training_used(tm
         k: fits["limited"].describe()[k] for k in keys
     }
     shutil.rmtree(tmp_path / "m")
+
+
+def test_references_are_timed_on_the_same_batches_and_recompute(model_dir, tmp_path):
+    """``eval.speed.references``: each reference decodes every timed batch in every round for
+    as many tokens as the baseline, its first run of a shape untimed; the record's speedups over
+    it follow from the raw seconds by the baseline's definition."""
+    from skipdecode.evaluation.speed import paired_speedups
+
+    record = evaluate(
+        _cfg(
+            model_dir, tmp_path / "2x", "schedule=target_2x", "eval.speed.repeats=2",
+            "eval.speed.references=[generate]",
+        )
+    )  # fmt: skip
+    ref = record["speed"]["references"]["generate"]
+    batches = [b for b in record["speed"]["raw"]["batches"] if b["timed"]]
+    assert ref["timed_batches"] == len(batches) > 0
+    assert all(len(b["generate_decode"]) == len(b["decode"]) == 2 for b in batches)
+    mapped = [
+        {**b, "base_decode": b["generate_decode"], "base_prefill": b["generate_prefill"]}
+        for b in batches
+    ]
+    assert ref["measured_speedup_decode"] == paired_speedups(mapped)["measured_speedup_decode"]
+    assert ref["measured_speedup_e2e"] == paired_speedups(mapped)["measured_speedup_e2e"]
+    assert ref["compile_seconds"] > 0  # each new shape ran once untimed
+    # the full schedule is its own baseline, and still timed against a reference, in rounds
+    full = evaluate(_cfg(model_dir, tmp_path / "full", "eval.speed.references=[generate]"))["speed"]
+    assert full["measured_speedup_decode"] == 1.0
+    assert len(full["references"]["generate"]["measured_speedup_decode_per_repeat"]) == 3
+    with pytest.raises(EvaluationError, match=r"eval\.speed\.references=\['loops'\]; allowed"):
+        evaluate(_cfg(model_dir, tmp_path / "bad", "eval.speed.references=[loops]"))
+
+
+def test_the_loop_reference_shares_a_loop_between_batches_of_one_bucket():
+    from tiny_models import left_padded_batch, tiny_llama
+
+    from skipdecode.evaluation.references import CACHE_BUCKET, References
+
+    refs = References(tiny_llama(2), ["loop"], pad_id=0, compiled=False)
+    for lengths in ([5, 9], [3, 7], [11, 4]):  # widths 9, 7, 11: one bucket with 8 new tokens
+        ids, mask = left_padded_batch(lengths)
+        prefill, decode = refs.time("loop", ids, mask, 8)
+        assert prefill > 0 and decode > 0
+    assert list(refs._loops) == [(2, CACHE_BUCKET)]
+    assert refs.compile_seconds["loop"] > 0

@@ -178,3 +178,11 @@ def test_calibration_settings_name_the_evaluation_only_of_a_schedule_that_calibr
         assert calibrates(schedule)
         assert eval_identity(ev, schedule) == eval_identity(ev)  # as published
         assert eval_identity(every, schedule) != eval_identity(ev, schedule)
+
+
+def test_no_references_keeps_a_published_evaluation_id():
+    published = {"split": "test", "speed": {"baseline": "full", "repeats": 3}}
+    with_none = {"split": "test", "speed": {"baseline": "full", "repeats": 3, "references": []}}
+    assert eval_identity(with_none) == eval_identity(published)
+    timed = {**with_none, "speed": {**with_none["speed"], "references": ["loop"]}}
+    assert eval_identity(timed) != eval_identity(published)

@@ -31,7 +31,7 @@ from ..core.options import DecodeOptions, DecodeOptionsError
 from ..data.datasets import get_task, median_target_length
 from ..io import write_json_atomic, write_jsonl_atomic
 from ..progress import progress_setting
-from ..schedules import FullSchedule, Schedule
+from ..schedules import Schedule
 from .generation import GenerationRun, generate_all
 from .inputs import (
     DATASET_KEYS,
@@ -64,7 +64,8 @@ from .record import (
     per_input_scores,
     summarize,
 )
-from .speed import speed_record
+from .references import References, speed_settings
+from .speed import reference_speedups, speed_record
 
 log = logging.getLogger(__name__)
 
@@ -240,16 +241,17 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     batches = batch_order(prompt_ids, int(gen["batch_size"]), gen.get("sort_by_length", True))
 
     speed_cfg = ev.get("speed") or {}
-    baseline, base_schedule = _speed_baseline(speed_cfg, s)
+    baseline, base_schedule, names = speed_settings(speed_cfg, s.schedule, s.decoder.num_layers)
+    refs = References(s.decoder.model, names, s.decoder.tokenizer.pad_token_id) if names else None
 
     t0 = time.perf_counter()
     warmup = int(speed_cfg.get("warmup_batches", 1))
-    repeats = int(speed_cfg.get("repeats", 1)) if base_schedule is not None else 1
+    repeats = int(speed_cfg.get("repeats", 1)) if base_schedule or refs else 1
     timed = speed_cfg.get("timed_batches")
     with CpuLoad() as load:  # whether anything else shared the machine while timing
         run = generate_all(
             s.decoder, batches, prompt_ids, s.schedule, base_schedule, gen, seed, warmup, repeats,
-            timed,
+            timed, refs,
         )  # fmt: skip
     gen_wall = time.perf_counter() - t0
     references = [list(ex.references) for ex in s.examples]
@@ -259,6 +261,8 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     per_input = per_input_scores(quality)
     metric_wall = time.perf_counter() - t1
     speed = {**speed_record(run, baseline), "load": load.result}
+    if refs is not None:
+        speed["references"] = reference_speedups(run.times, refs.compile_seconds)
 
     rows = _rows(s, run, per_input)
     bleu_settings = (quality.get("bleu") or {}).get("settings") or {}
@@ -324,21 +328,6 @@ def _start(cfg: DictConfig | Mapping[str, Any]) -> tuple[dict[str, Any], Path, i
         torch.set_num_threads(int(ev["threads"]))
     pl.seed_everything(seed, verbose=False)
     return c, out_dir, seed
-
-
-def _speed_baseline(speed_cfg: Mapping[str, Any], s: _Setup) -> tuple[str | None, Schedule | None]:
-    """The baseline as recorded (``'full'``, ``'self'`` where the schedule is ``full`` itself, or
-    None) and the schedule to time against (None: no timed baseline)."""
-    baseline = speed_cfg.get("baseline")
-    if baseline not in (None, "full"):
-        raise EvaluationError(f"eval.speed.baseline={baseline!r}; allowed: 'full' or null (off)")
-    base_schedule = None
-    if baseline == "full":
-        if s.schedule.describe().get("name") == "full":
-            baseline = "self"
-        else:
-            base_schedule = FullSchedule(s.decoder.num_layers)
-    return baseline, base_schedule
 
 
 def _rows(s: _Setup, run: GenerationRun, per_input: Mapping[str, Any]) -> list[dict[str, Any]]:

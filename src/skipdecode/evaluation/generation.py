@@ -22,6 +22,7 @@ from ..core.stats import GenerationOutput, GenerationStats, SpeculationCounts
 from ..data.collate import left_pad
 from ..progress import progress
 from ..schedules import Schedule
+from .references import References
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class _Decoding:
     gen: Mapping[str, Any]
     sampling: dict[str, Any]  # do_sample, temperature, top_p
     stop: bool  # the schedule's rows stop at EOS (the baseline's never do)
+    references: References | None = None  # timed like the baseline (module .references)
 
     def generate(
         self, ids: Any, mask: Any, schedule: Schedule, n: int, seed: int, stop: bool, texts: bool
@@ -138,6 +140,7 @@ def generate_all(
     warmup_batches: int,
     repeats: int = 1,
     timed_batches: int | None = None,
+    references: References | None = None,
 ) -> GenerationRun:
     """Generate every batch under ``schedule`` and time it against ``baseline``.
 
@@ -147,7 +150,8 @@ def generate_all(
     Outputs and the layer accounting come from the first round (decoding is seeded, so every
     round produces the same tokens); timings keep every round. With ``timed_batches`` only that
     many batches, evenly spaced over the (length-sorted) list, are timed against the baseline;
-    the others decode once.
+    the others decode once. ``references``: timed in every round of a timed batch too, after the
+    pair, for as many tokens as the baseline (keys ``<name>_decode``, ``<name>_prefill``).
     """
     if repeats < 1:
         raise ValueError(f"eval.speed.repeats={repeats!r} is not allowed: an integer >= 1")
@@ -163,7 +167,7 @@ def generate_all(
         temperature=float(gen["temperature"]),
         top_p=float(gen["top_p"]),
     )
-    d = _Decoding(decoder, schedule, baseline, gen, kwargs, gen["stop"] == "eos")
+    d = _Decoding(decoder, schedule, baseline, gen, kwargs, gen["stop"] == "eos", references)
     for w in range(min(warmup_batches, len(batches))):  # untimed: first-call overheads
         ids, mask = left_pad([prompt_ids[i] for i in batches[w]], pad_id)
         for sched in (schedule, baseline):
@@ -200,7 +204,9 @@ def _decode_batch(
 ) -> dict[str, list[float]]:
     """A batch's seconds per round (``run.repeats`` rounds if ``timed``, else one) and, from the
     first, its passes and layers; its outputs and layer accounting go into ``run``."""
-    keys = ("decode", "prefill", "base_decode", "base_prefill")
+    keys = ["decode", "prefill", "base_decode", "base_prefill"]
+    for name in d.references.names if d.references is not None else ():
+        keys += [f"{name}_decode", f"{name}_prefill"]
     times: dict[str, list[float]] = {key: [] for key in keys}
     # what the batch is: its rows, its prompt tokens (padding left out) and its padded width
     times["rows"] = [float(len(index))]
@@ -234,6 +240,11 @@ def _decode_batch(
                 times["base_prefill"].append(ref.stats.prefill_seconds)
                 if r == 0:
                     run.base.add(ref.stats)  # type: ignore[union-attr]
+        for name in d.references.names if d.references is not None and timed else ():
+            assert steps is not None
+            prefill, decode = d.references.time(name, ids, mask, steps)
+            times[f"{name}_decode"].append(decode)
+            times[f"{name}_prefill"].append(prefill)
     return times
 
 

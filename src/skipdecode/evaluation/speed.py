@@ -55,6 +55,7 @@ from .generation import GenerationRun
 
 __all__ = [
     "own_baseline",
+    "reference_speedups",
     "speed_record",
     "ratio",
     "raw_timings",
@@ -123,6 +124,34 @@ def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
     speed["consistency"] = _consistency(run, speed)
     speed["long_prompts"] = _long_prompts(run, timed)
     return speed
+
+
+def reference_speedups(
+    times: Sequence[Mapping[str, Sequence[float]]], compile_seconds: Mapping[str, float]
+) -> dict[str, Any]:
+    """Per reference (:mod:`.references`): the evaluated schedule's measured speedups over it,
+    by :func:`paired_speedups`' definition over the batches it was timed on, and its compile
+    seconds (kept apart)."""
+    out: dict[str, Any] = {}
+    for name, seconds in compile_seconds.items():
+        timed = [
+            {
+                "decode": t["decode"],
+                "prefill": t["prefill"],
+                "base_decode": t[f"{name}_decode"],
+                "base_prefill": t[f"{name}_prefill"],
+            }
+            for t in times
+            if t.get(f"{name}_decode")
+        ]
+        paired = paired_speedups(timed)
+        out[name] = {
+            "timed_batches": len(timed),
+            "compile_seconds": seconds,
+            **{k: v for k, v in paired.items() if k != "prefill_seconds_pooled"},
+            "decode_seconds": sum(statistics.median(t["base_decode"]) for t in timed),
+        }
+    return out
 
 
 def paired_speedups(timed: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, Any]:

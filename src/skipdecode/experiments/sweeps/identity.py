@@ -84,7 +84,8 @@ def without_sizes(ident: Mapping[str, Any]) -> dict[str, Any]:
 #: at these values they are left out of the hash, so a published evaluation keeps its id (any
 #: other value is a new evaluation).
 _LATER_EVAL_DEFAULTS: dict[str, Any] = {
-    "compile": DEFAULTS.compile, "compile_graph": DEFAULTS.compile_graph, "metrics.e2e": False
+    "compile": DEFAULTS.compile, "compile_graph": DEFAULTS.compile_graph, "metrics.e2e": False,
+    "speed.references": [],
 }  # fmt: skip
 
 

@@ -1,0 +1,98 @@
+"""What an evaluation's speed is measured against: the ``full`` schedule on the same model and
+path (``eval.speed.baseline``), and the decoders a user would otherwise run on the same weights
+(``eval.speed.references``), timed on the same batches for the same number of tokens.
+
+References (each greedy, EOS off, on the evaluated model's own weights):
+
+* ``loop``: the gpt-fast-style compiled one-token loop (:mod:`..experiments.benchmarks.
+  fast_loop`; CUDA graphs on a GPU). One loop per (rows, cache length), the cache length
+  rounded up to a multiple of :data:`CACHE_BUCKET` so batches share compiled shapes (its
+  attention spans the bucket, masked, as gpt-fast's spans its maximum length);
+* ``generate``: transformers' ``generate``, eager;
+* ``generate_compiled``: ``generate`` with a static cache and its own ``torch.compile``.
+
+A shape a reference has not run yet is run once untimed first (compiling and recording graphs);
+those seconds are kept apart (``compile_seconds``), never counted as decoding. The record gives
+each reference's measured speedups by the baseline's own definition
+(:func:`.speed.paired_speedups`): the evaluated schedule against the reference, round by round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..core.costs import transformers_generate_seconds
+from ..schedules import FullSchedule, Schedule
+from .inputs import EvaluationError
+
+__all__ = ["CACHE_BUCKET", "REFERENCES", "References", "speed_settings"]
+
+#: The references ``eval.speed.references`` may name.
+REFERENCES = ("loop", "generate", "generate_compiled")
+#: The loop's cache lengths are rounded up to a multiple of this (fewer compiled shapes).
+CACHE_BUCKET = 64
+
+
+class References:
+    """The references of one evaluation, each timed by :meth:`time` (module docstring).
+    ``compiled``: the loop's step compiled (off only for tests of the plumbing)."""
+
+    def __init__(self, model: Any, names: Sequence[str], pad_id: int, compiled: bool = True):
+        self.model, self.names, self.pad_id, self.compiled = model, tuple(names), pad_id, compiled
+        self._loops: dict[tuple[int, int], Any] = {}
+        self._seen: set[tuple[str, int, int, int]] = set()
+        self.compile_seconds: dict[str, float] = dict.fromkeys(self.names, 0.0)
+
+    def _run(self, name: str, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[float, float]:
+        if name == "loop":
+            from ..experiments.benchmarks.fast_loop import FastLoop
+
+            rows, width = ids.shape
+            length = -(-(width + n) // CACHE_BUCKET) * CACHE_BUCKET
+            loop = self._loops.get((rows, length))
+            if loop is None:
+                loop = FastLoop(self.model, rows, length, compiled=self.compiled)
+                self._loops[(rows, length)] = loop
+            _, prefill, decode = loop.generate(ids, mask, n)
+            return prefill, decode
+        return transformers_generate_seconds(
+            self.model, ids, mask, n, self.pad_id, compiled=name == "generate_compiled"
+        )
+
+    def time(self, name: str, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[float, float]:
+        """(prefill, decode) seconds of ``name`` generating ``n`` tokens for the batch; a shape
+        it has not run yet runs once untimed first."""
+        shape = (name, *ids.shape, n)
+        if shape not in self._seen:
+            start = time.perf_counter()
+            self._run(name, ids, mask, n)
+            self.compile_seconds[name] += time.perf_counter() - start
+            self._seen.add(shape)
+        return self._run(name, ids, mask, n)
+
+
+def speed_settings(
+    speed_cfg: Mapping[str, Any], schedule: Schedule, num_layers: int
+) -> tuple[str | None, Schedule | None, tuple[str, ...]]:
+    """From ``eval.speed``: the baseline as recorded (``'full'``, ``'self'`` where the schedule
+    is ``full`` itself, or None), the schedule to time against (None: no timed baseline), and
+    the references to time."""
+    baseline = speed_cfg.get("baseline")
+    if baseline not in (None, "full"):
+        raise EvaluationError(f"eval.speed.baseline={baseline!r}; allowed: 'full' or null (off)")
+    base_schedule = None
+    if baseline == "full":
+        if schedule.describe().get("name") == "full":
+            baseline = "self"
+        else:
+            base_schedule = FullSchedule(num_layers)
+    names = speed_cfg.get("references") or []
+    if isinstance(names, str) or not all(n in REFERENCES for n in names):
+        raise EvaluationError(
+            f"eval.speed.references={names!r}; allowed: a list of {list(REFERENCES)} (or [])"
+        )
+    return baseline, base_schedule, tuple(dict.fromkeys(names))
