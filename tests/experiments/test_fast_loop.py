@@ -6,7 +6,7 @@ import pytest
 import torch
 from tiny_models import PAD, left_padded_batch, tiny_llama, tiny_opt
 
-from skipdecode.experiments.benchmarks.fast_loop import FastLoop
+from skipdecode.core.fast_loop import FastLoop
 
 
 @pytest.mark.parametrize("make", [tiny_llama, tiny_opt], ids=["llama", "opt"])

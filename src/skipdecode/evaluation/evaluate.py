@@ -64,8 +64,8 @@ from .record import (
     per_input_scores,
     summarize,
 )
-from .references import References, speed_settings
-from .speed import reference_speedups, speed_record
+from .references import speed_settings
+from .speed import speed_record
 
 log = logging.getLogger(__name__)
 
@@ -241,8 +241,7 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     batches = batch_order(prompt_ids, int(gen["batch_size"]), gen.get("sort_by_length", True))
 
     speed_cfg = ev.get("speed") or {}
-    baseline, base_schedule, names = speed_settings(speed_cfg, s.schedule, s.decoder.num_layers)
-    refs = References(s.decoder.model, names, s.decoder.tokenizer.pad_token_id) if names else None
+    baseline, base_schedule, refs = speed_settings(speed_cfg, s.schedule, s.decoder)
 
     t0 = time.perf_counter()
     warmup = int(speed_cfg.get("warmup_batches", 1))
@@ -260,9 +259,8 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     quality = compute_all(run.texts, references, s.metric_settings, prefix="eval.metrics")
     per_input = per_input_scores(quality)
     metric_wall = time.perf_counter() - t1
-    speed = {**speed_record(run, baseline), "load": load.result}
-    if refs is not None:
-        speed["references"] = reference_speedups(run.times, refs.compile_seconds)
+    first_runs = refs.first_run_seconds if refs is not None else None
+    speed = {**speed_record(run, baseline, first_runs), "load": load.result}
 
     rows = _rows(s, run, per_input)
     bleu_settings = (quality.get("bleu") or {}).get("settings") or {}

@@ -155,7 +155,8 @@ def generate_all(
     """
     if repeats < 1:
         raise ValueError(f"eval.speed.repeats={repeats!r} is not allowed: an integer >= 1")
-    timed = timed_batch_indices(len(batches), timed_batches if baseline is not None else None)
+    compared = baseline is not None or references is not None  # else every batch, once
+    timed = timed_batch_indices(len(batches), timed_batches if compared else None)
     pad_id = decoder.tokenizer.pad_token_id
     if pad_id is None:
         pad_id = decoder.tokenizer.eos_token_id

@@ -78,12 +78,17 @@ def ratio(a: float, b: float) -> float | None:
     return a / b if b and b > 0 and not math.isnan(a) and not math.isnan(b) else None
 
 
-def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
-    """Speed section of the record (definitions in the module docstring)."""
+def speed_record(
+    run: GenerationRun, baseline: str | None, first_runs: Mapping[str, float] | None = None
+) -> dict[str, Any]:
+    """Speed section of the record (definitions in the module docstring); ``first_runs``: the
+    references timed (:func:`reference_speedups`) and their untimed first runs' seconds."""
     main, base = run.main, run.base
     speed: dict[str, Any] = dict(main.summary())
     speed.update(baseline=None, measured_speedup_decode=None, measured_speedup_e2e=None)
     speed["raw"] = raw_timings(run)
+    if first_runs is not None:
+        speed["references"] = reference_speedups(run.times, first_runs)
     if baseline == "self":  # the evaluated schedule is the baseline: ratios are 1 by definition
         speed.update(
             baseline={"schedule": "self"}, measured_speedup_decode=1.0, measured_speedup_e2e=1.0
@@ -127,13 +132,14 @@ def speed_record(run: GenerationRun, baseline: str | None) -> dict[str, Any]:
 
 
 def reference_speedups(
-    times: Sequence[Mapping[str, Sequence[float]]], compile_seconds: Mapping[str, float]
+    times: Sequence[Mapping[str, Sequence[float]]], first_run_seconds: Mapping[str, float]
 ) -> dict[str, Any]:
-    """Per reference (:mod:`.references`): the evaluated schedule's measured speedups over it,
-    by :func:`paired_speedups`' definition over the batches it was timed on, and its compile
-    seconds (kept apart)."""
+    """Per reference (:mod:`.references`), over the batches it was timed on: the evaluated
+    schedule's decode speedup over it by :func:`paired_speedups`' definition, and the
+    end-to-end one with each side's own prefill (a reference's prefill is its own code), per
+    round; and its untimed first runs' seconds."""
     out: dict[str, Any] = {}
-    for name, seconds in compile_seconds.items():
+    for name, seconds in first_run_seconds.items():
         timed = [
             {
                 "decode": t["decode"],
@@ -144,14 +150,26 @@ def reference_speedups(
             for t in times
             if t.get(f"{name}_decode")
         ]
-        paired = paired_speedups(timed)
+        decode = paired_speedups(timed)
+        rounds = min((len(t["decode"]) for t in timed), default=0)
+        e2e = [
+            ratio(*(sum(t[p][r] + t[d][r] for t in timed) for p, d in _SIDES))
+            for r in range(rounds)
+        ]
+        whole = bool(e2e) and all(x is not None for x in e2e)
         out[name] = {
             "timed_batches": len(timed),
-            "compile_seconds": seconds,
-            **{k: v for k, v in paired.items() if k != "prefill_seconds_pooled"},
+            "first_run_seconds": seconds,
+            **{k: v for k, v in decode.items() if "decode" in k},
+            "measured_speedup_e2e": statistics.median(e2e) if whole else None,
+            "measured_speedup_e2e_per_repeat": e2e,
             "decode_seconds": sum(statistics.median(t["base_decode"]) for t in timed),
         }
     return out
+
+
+#: A reference's own (prefill, decode) keys, then the schedule's, for an end-to-end ratio.
+_SIDES = (("base_prefill", "base_decode"), ("prefill", "decode"))
 
 
 def paired_speedups(timed: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ...core.costs import transformers_generate_seconds
 from ...core.engine import SkipDecoder
+from ...core.fast_loop import FastLoop
 from ...core.floor import DeviceLimits, measure_device
 from ...core.options import CUDA_GRAPH_MODE
 from ...evaluation.load import CpuLoad
@@ -46,7 +47,6 @@ from .bench_tables import (
 )
 from .bench_timing import cudagraph_skips, timed, warm_up
 from .bench_training import bench_train
-from .fast_loop import FastLoop
 
 __all__ = ["SHAPES", "build_random_model", "bench_decode", "bench_train", "main"]
 

@@ -50,7 +50,7 @@ def graph_records(bench: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 def _peer(cell: dict[str, Any]) -> tuple[str, str]:
     """What the cell's speedups are over: the gpt-fast-style compiled loop where timed (the
-    decode loop a GPU engineer would write; :mod:`.fast_loop`), else compiled ``generate``, else
+    decode loop a GPU engineer would write; :mod:`~skipdecode.core.fast_loop`), else compiled ``generate``, else
     eager ``generate``."""
     if "transformers-loop-compiled" in cell["variants"]:
         return (
