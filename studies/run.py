@@ -37,6 +37,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from skipdecode.experiments.sweeps.sources import pack_folder
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = Path(__file__).resolve().parent / "conf"
 #: Files of a training run kept beside a result that used its model.
@@ -213,6 +215,7 @@ def run_study(name: str, overrides: Sequence[str] = (), dry_run: bool = False) -
                     shutil.copy2(ROOT / run / "record.json", ROOT / to / "record.json")
                     data = (ROOT / run / "generations.jsonl").read_bytes()
                     (ROOT / to / "generations.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+                    pack_folder((ROOT / to).parent)  # the folder's shared sources once
             elif what == "study":
                 lines += run_study(detail[0], detail[1], dry_run)
     return lines

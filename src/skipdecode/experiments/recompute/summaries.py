@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ...io import plain_or_gzipped, read_jsonl
+from ..sweeps.sources import read_generations
 from .bleu import bleu_from_statistics, bleu_statistics, implemented
 from .findings import Findings, csv_rows
 from .rouge import rouge_scores
@@ -55,7 +56,7 @@ def _scored_once(generations: Path, settings: Mapping[str, Any]) -> dict[str, An
     digest = hashlib.sha256(generations.read_bytes()).hexdigest()
     key = (digest, json.dumps(settings, sort_keys=True, default=str))
     if key not in _SCORED:
-        _SCORED[key] = _scored(read_jsonl(generations), settings)
+        _SCORED[key] = _scored(read_generations(generations), settings)
     return _SCORED[key]
 
 
@@ -280,7 +281,7 @@ def _check_extractive(folder: Path, cells: _Cells) -> None:
             key=lambda r: int(r["index"]),
         )
         path, settings = _generations(folder, fulls[0])
-        refs = [r["references"] for r in read_jsonl(path)]
+        refs = [r["references"] for r in read_generations(path)]
         if [r.get("input_sha256") for r in stored] != _input_keys(fulls[0], refs):
             found.differences.append(f"{where}: its kept outputs are not for full's inputs")
             continue

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ...evaluation.metrics.outputs import OUTPUT_STATS, output_statistics
-from ...io import plain_or_gzipped, read_json_or_none, read_jsonl, write_json_atomic
+from ...io import plain_or_gzipped, read_json_or_none, write_json_atomic
+from .sources import read_generations
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def cell_generations(cell: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dic
     path = plain_or_gzipped(Path(str(cell["record"])).parent / name)
     if not path.is_file():
         return None
-    rows = sorted(read_jsonl(path), key=lambda r: r.get("index", 0))
+    rows = sorted(read_generations(path), key=lambda r: r.get("index", 0))
     bleu = ((record.get("quality") or {}).get("bleu") or {}).get("settings") or {}
     return rows, bleu
 

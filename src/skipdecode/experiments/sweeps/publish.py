@@ -36,6 +36,7 @@ from typing import Any
 from ...io import read_json_or_none, write_json_atomic, write_text_atomic
 from ...provenance import diff_missing
 from .identity import IDENTITY_FILE, identity_hash, portable_identity
+from .sources import generations_bytes, pack_folder
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 __all__ = ["PublishError", "publish", "restore"]
@@ -98,6 +99,7 @@ def publish(
                     plan.append({**job, "num": f"{prefix}{job.get('num')}"})
             if plan:
                 write_json_atomic(staging / PLAN_FILE, {"jobs": plan})
+        pack_folder(staging)  # the cells' shared sources once, in the folder (module .sources)
         rebuild(staging)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
@@ -292,9 +294,8 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
             continue
         if identity:
             write_json_atomic(eval_dir.parent / IDENTITY_FILE, identity)
-        if (job / GZIPPED).is_file():
-            data = gzip.decompress((job / GZIPPED).read_bytes())
-            (eval_dir / GENERATIONS).write_bytes(data)
+        if (job / GZIPPED).is_file():  # whole again, as the evaluation wrote it
+            (eval_dir / GENERATIONS).write_bytes(generations_bytes(job / GZIPPED))
         elif (job / GENERATIONS).is_file():  # published before generations were gzipped
             shutil.copy2(job / GENERATIONS, eval_dir / GENERATIONS)
         write_json_atomic(eval_dir / RESTORED, {"published": str(published), "job": job.name})
