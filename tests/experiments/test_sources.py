@@ -67,3 +67,23 @@ def test_a_row_whose_source_is_missing_is_refused_by_name(tmp_path):
     (tmp_path / SOURCES).unlink()
     with pytest.raises(ValueError, match=r"source [0-9a-f]{16} is not in .*sources\.jsonl\.gz"):
         read_generations(tmp_path / "0" / "generations.jsonl.gz")
+
+
+def test_each_read_is_its_own_and_an_edited_source_is_refused(tmp_path):
+    _write(tmp_path, "0", _rows(["x", "y"]))
+    pack_folder(tmp_path)
+    path = tmp_path / "0" / "generations.jsonl.gz"
+    read_generations(path)[0]["references"].append("changed by a caller")
+    assert read_generations(path) == _rows(["x", "y"])  # nothing shared between reads
+    lines = gzip.decompress((tmp_path / SOURCES).read_bytes()).decode().splitlines()
+    edited = [json.dumps({**json.loads(lines[0]), "input": "edited"})] + lines[1:]
+    (tmp_path / SOURCES).write_bytes(gzip.compress(("\n".join(edited) + "\n").encode()))
+    with pytest.raises(ValueError, match=r"source [0-9a-f]{16} does not match its content"):
+        read_generations(path)
+
+
+def test_a_folder_whose_cells_name_no_source_keeps_no_sources_file(tmp_path):
+    _write(tmp_path, "0", _rows(["x"]))
+    pack_folder(tmp_path)
+    _write(tmp_path, "0", [{"index": 0, "output": "a cell that cannot be packed"}])
+    assert pack_folder(tmp_path) == 0 and not (tmp_path / SOURCES).exists()

@@ -42,16 +42,34 @@ def _lines(rows: list[dict[str, Any]]) -> bytes:
 
 
 @functools.lru_cache(maxsize=8)
-def _sources(path: Path, mtime_ns: int) -> dict[str, dict[str, Any]]:
-    return {row.pop("source"): row for row in read_jsonl(path)}
+def _source_lines(path: Path, stamp: tuple[int, ...]) -> dict[str, str]:
+    """Each source's line by its digest, checked against its content (a source edited in place
+    would change every cell that names it). Lines, not objects: each read parses its own."""
+    lines = {}
+    for line in gzip.decompress(path.read_bytes()).decode("utf-8").split("\n"):
+        if not line:
+            continue
+        row = json.loads(line)
+        key = row.pop("source")
+        if _digest(row) != key:
+            raise ValueError(f"{path}: source {key} does not match its content")
+        lines[key] = line
+    return lines
 
 
-def _folder_sources(folder: Path) -> dict[str, dict[str, Any]]:
-    path = folder / SOURCES
-    return _sources(path, path.stat().st_mtime_ns) if path.is_file() else {}
+def _folder_sources(folder: Path) -> dict[str, str]:
+    path = (folder / SOURCES).resolve()
+    if not path.is_file():
+        return {}
+    st = path.stat()
+    return _source_lines(path, (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
 
 
-def _whole(rows: list[dict[str, Any]], sources: dict[str, dict[str, Any]], where: Path) -> list:
+def _rows_of(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in raw.decode("utf-8").split("\n") if line]
+
+
+def _whole(rows: list[dict[str, Any]], sources: dict[str, str], where: Path) -> list:
     out = []
     for row in rows:
         if "source" not in row:
@@ -60,8 +78,9 @@ def _whole(rows: list[dict[str, Any]], sources: dict[str, dict[str, Any]], where
         key = row["source"]
         if key not in sources:
             raise ValueError(f"{where}: source {key} is not in {where.parent.parent / SOURCES}")
-        first, rest = {"index": row["index"]}, {k: v for k, v in row.items() if k != "source"}
-        out.append({**first, **sources[key], **rest})
+        source = {k: v for k, v in json.loads(sources[key]).items() if k != "source"}
+        rest = {k: v for k, v in row.items() if k != "source"}
+        out.append({"index": row["index"], **source, **rest})
     return out
 
 
@@ -76,12 +95,13 @@ def generations_bytes(path: str | Path) -> bytes:
     """The uncompressed ``generations.jsonl`` the cell's evaluation wrote."""
     path = plain_or_gzipped(path)
     raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    if b'"source": ' not in raw:
+    rows = _rows_of(raw)
+    if not any("source" in row for row in rows):
         return raw
-    return _lines(read_generations(path))
+    return _lines(_whole(rows, _folder_sources(path.parent.parent), path))
 
 
-def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict]] | None:
+def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
     """The rows without their sources and the sources by digest; None where unpacking would not
     give back the same bytes (a row without an index or a source field, say)."""
     slim, sources = [], {}
@@ -90,7 +110,7 @@ def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
             return None
         source = {k: row[k] for k in SOURCE_KEYS}
         key = _digest(source)
-        sources[key] = source
+        sources[key] = json.dumps({"source": key, **source}, ensure_ascii=False)
         slim.append({k: v for k, v in row.items() if k not in SOURCE_KEYS} | {"source": key})
     if _lines(_whole(slim, sources, Path("?/?"))) != _lines(rows):
         return None
@@ -100,29 +120,27 @@ def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
 def pack_folder(folder: str | Path) -> int:
     """Pack every cell of a published folder that is not yet packed; returns how many were.
     The folder's sources are written first (the old ones and the new), then each cell's file, so
-    a run stopped midway leaves every cell readable; sources no cell names are dropped."""
+    a run stopped midway leaves every cell readable; sources no cell names are dropped (the file
+    too, where no cell names any)."""
     folder = Path(folder)
     cells = sorted(folder.glob(f"*/{_GENERATIONS}"))
     known = dict(_folder_sources(folder))
-    todo = []
+    todo, used = [], set()
     for path in cells:
         raw = gzip.decompress(path.read_bytes())
-        if b'"source": ' in raw:
+        rows = _rows_of(raw)
+        if any("source" in row for row in rows):
+            used |= {row["source"] for row in rows if "source" in row}
             continue
-        rows = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line]
-        if _lines(rows) != raw:
-            continue  # not written as the evaluation writes: left as it is
-        packed = _packed(rows)
+        packed = _packed(rows) if _lines(rows) == raw else None  # else: left as it is
         if packed is not None:
             todo.append((path, packed[0]))
             known.update(packed[1])
-    used = {r["source"] for p in cells for r in read_jsonl(p) if "source" in r}
-    used |= {r["source"] for _, slim in todo for r in slim}
+            used |= set(packed[1])
     if not used:
+        (folder / SOURCES).unlink(missing_ok=True)  # no cell names a source any more
         return 0
-    write_jsonl_gz_atomic(
-        folder / SOURCES, ({"source": k, **known[k]} for k in sorted(known) if k in used)
-    )
+    write_jsonl_gz_atomic(folder / SOURCES, (json.loads(known[k]) for k in sorted(used)))
     for path, slim in todo:
         write_jsonl_gz_atomic(path, slim)
     return len(todo)
