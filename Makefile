@@ -188,13 +188,13 @@ GPU_OUT = $(if $(filter cuda,$(GPU_DEVICE)),results/bench,outputs/bench)
 # (random weights: a round's cost; the tiny dry run drafts 4 of its 8 layers)
 GPU_LOSSLESS = $(if $(filter paper,$(SIZES)),,$(if $(filter tiny,$(SIZES)),--lossless-ks 2 3 --draft-budget 4,--lossless-ks 2 3 --draft-budget 10))
 
-bench-gpu: $(STAMP) ## GPU checks (tests/gpu), then decode on per-layer and whole-step CUDA graphs, lossless rounds host-driven and sync-free, beside the gpt-fast-style loop and compiled generate (bf16, random weights, batch 1/8/32; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-{smollm2,paper}.{json,md}
+bench-gpu: $(STAMP) ## GPU checks (tests/gpu), then decode on per-layer and whole-step CUDA graphs, lossless rounds host-driven and sync-free, beside the gpt-fast-style loop and compiled generate, each graph path and the loop profiled (kernels a step) (bf16, random weights, batch 1/8/32; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-{smollm2,paper}.{json,md}
 	@mkdir -p $(GPU_OUT)
 	@SKIPDECODE_GPU_TEST_DEVICE=$(GPU_DEVICE) $(OFFLINE) $(PY) -m pytest -m gpu tests/gpu -q -s \
 		-p no:cacheprovider > $(GPU_OUT)/gpu-tests-$(SIZES).log 2>&1; rc=$$?; \
 		cat $(GPU_OUT)/gpu-tests-$(SIZES).log; exit $$rc
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 8 32 --prompt-len 32 \
-		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs \
+		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs --profile \
 		$(GPU_LOSSLESS) --dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32; eager and compiled, beside eager and compiled generate, both floors) + training -> results/bench/{decode,train}-cpu.{json,md}

@@ -438,7 +438,7 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
     main(
         ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "6",
          "--repeats", "1", "--speedups", "2", "--cuda-graphs", "--no-floor", "--compile",
-         "--lossless-ks", "2", "--draft-budget", "4",
+         "--lossless-ks", "2", "--draft-budget", "4", "--profile",
          "--no-transformers", "--out", str(tmp_path), "--name", "graphs"]
     )  # fmt: skip
     (cell,) = json.loads((tmp_path / "graphs.json").read_text())["cells"]
@@ -464,6 +464,18 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
     assert costs_32["graphs_recorded"] == costs_32["plans"] > 1 and costs_32["graph"] == "step"
     assert cell["graphs_compiled_while_timed"] == 0 and cell["cudagraph_skips"] >= 0
     assert cell["graphs_recorded_while_timed"] == 0 and cell["failed"] == {}
+    # --profile: what a decode step adds, per step, on each profiled path (a CPU counts its
+    # operators); a 2x step runs fewer of them than a full one, and the busy share is their time
+    # over the step's timed median
+    profiles = cell["step_profile"]
+    assert set(profiles) == {"skipdecode-full-step", "skipdecode-2x-step", "skipdecode-full-graphs"}
+    full, two = profiles["skipdecode-full-step"], profiles["skipdecode-2x-step"]
+    assert full["unit"] == "cpu operators" and 0 < two["events_per_step"] < full["events_per_step"]
+    assert full["timed_ms_per_step"] == rows["skipdecode-full-step"]["decode_ms_per_step"]
+    assert full["busy_share"] == pytest.approx(
+        full["device_us_per_step"] / (full["timed_ms_per_step"] * 1000)
+    )
+    assert full["host_per_step"]["graph_launches"] == 0 and full["top"][0]["per_step"] > 0
     table = (tmp_path / "graphs.md").read_text()
     assert "| CUDA-graph skips | graphs recorded while timed | failed |" in table
     assert "tokens a round, both measured in this run" in table

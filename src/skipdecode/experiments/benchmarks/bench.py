@@ -35,6 +35,7 @@ from ...progress import progress
 from ...schedules import FullSchedule, StaticSchedule, linear_for_speedup
 from .bench_args import SPEEDUPS, bench_parser
 from .bench_lossless import acceptance_of, lossless_rows, lossless_variants
+from .bench_profile import PROFILED, step_profiles
 from .bench_rows import add_floors, cost_split_of, path_split_of, step_splits, variant_rows
 from .bench_speedups import derive_speedups, flag_batches
 from .bench_step_graphs import step_graph_costs
@@ -75,6 +76,7 @@ def bench_decode(
     compiled_generate: bool = True,
     step_costs: bool = True,
     loop: bool = True,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """One (shape, batch) cell: every variant, interleaved, median and quartiles of ``repeats``,
     compile time apart. ``compile``: compiled ``generate`` and the gpt-fast-style loop (unless
@@ -92,9 +94,12 @@ def bench_decode(
     ids, mask = random_prompts(batch_size, prompt_len, model.config.vocab_size, dev)
     schedules: dict[str, StaticSchedule] = {"skipdecode-full": FullSchedule(L)}
     schedules |= {f"skipdecode-{s}x": linear_for_speedup(L, s, new_tokens) for s in speedups}
+    fast = None
+    if with_transformers and compile and loop:
+        fast = FastLoop(model, batch_size, prompt_len + new_tokens)
     variants = _variants(
         model, decoders, schedules, (ids, mask), new_tokens,
-        with_transformers, (compile and compiled_generate, compile and loop),
+        with_transformers, (compile and compiled_generate, fast),
         (lossless_ks, draft_budget),
     )  # fmt: skip
     skips = cudagraph_skips()
@@ -110,6 +115,13 @@ def bench_decode(
     if limits is not None:
         add_floors(rows, decoders[""].adapter, batch_size, prompt_len + new_tokens, limits)
     full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
+    profiles = None
+    if profile:
+        runs = _profile_runs(decoders, schedules, fast, (ids, mask))
+        timed_ms = {n: r["decode_ms_per_step"] for n, r in rows.items()}
+        profiles = step_profiles(
+            {n: r for n, r in runs.items() if n in rows}, new_tokens, dev, timed_ms
+        )
     return {
         "shape": shape,
         "cudagraph_skips": cudagraph_skips() - skips,
@@ -117,6 +129,7 @@ def bench_decode(
         "graphs_recorded_while_timed": recorded if cuda_graphs else None,
         # whole-step graphs: how many a 2x decode records at 32 and 256 new tokens, and their cost
         "step_graphs": step_graph_costs(model, (ids, mask)) if cuda_graphs and step_costs else None,
+        "step_profile": profiles,
         "failed": failed,
         "acceptance": acceptance if lossless_ks else None,
         "num_layers": L,
@@ -165,6 +178,26 @@ def _decoders(
     return decoders
 
 
+def _profile_runs(
+    decoders: dict[str, SkipDecoder],
+    schedules: dict[str, StaticSchedule],
+    fast: FastLoop | None,
+    prompts: tuple[torch.Tensor, torch.Tensor],
+) -> dict[str, Callable[[int], Any]]:
+    """The variants :data:`.bench_profile.PROFILED` names, each as a call decoding n tokens."""
+    ids, mask = prompts
+    runs: dict[str, Callable[[int], Any]] = {}
+    for suffix, decoder in decoders.items():
+        for name, schedule in schedules.items():
+            if name + suffix in PROFILED:
+                runs[name + suffix] = lambda n, d=decoder, s=schedule: d.generate(
+                    ids, s, n, mask, eos_token_id=[], decode_texts=False
+                )
+    if fast is not None:
+        runs["transformers-loop-compiled"] = lambda n: fast.generate(ids, mask, n)
+    return runs
+
+
 def _captures(decoders: dict[str, SkipDecoder]) -> int:
     return sum(d.compiled.captures for d in decoders.values() if d.compiled is not None)
 
@@ -176,11 +209,11 @@ def _variants(
     prompts: tuple[torch.Tensor, torch.Tensor],
     new_tokens: int,
     with_transformers: bool,
-    compiled: tuple[bool, bool],
+    compiled: tuple[bool, FastLoop | None],
     lossless: tuple[tuple[int, ...], int],
 ) -> dict[str, Callable[[], dict[str, Any]]]:
     """Every timed call of a cell, by variant name: transformers' ``generate`` eager, and where
-    ``compiled``'s two flags say, compiled and the gpt-fast-style loop; each schedule on each path
+    ``compiled`` says, compiled ``generate`` and the gpt-fast-style loop given; each schedule on each path
     (the eager path times full only beside the graph path, and one graph per plan serves full
     only); and on the graph paths the lossless mode at each of ``lossless``'s k with a draft of
     its budget of layers."""
@@ -230,9 +263,8 @@ def _variants(
         variants["transformers-generate"] = lambda: run_hf(False)
         if compiled[0]:
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
-        if compiled[1]:
-            loop = FastLoop(model, ids.shape[0], ids.shape[1] + new_tokens)
-            variants["transformers-loop-compiled"] = lambda: run_loop(loop)
+        if compiled[1] is not None:
+            variants["transformers-loop-compiled"] = lambda: run_loop(compiled[1])
     for suffix, decoder in decoders.items():
         for name, sched in schedules.items():
             if suffix == "-compiled-plan" or (suffix == "" and cuda_graphs):
@@ -302,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
                     compiled_generate=args.compiled_generate,
                     loop=args.loop,
                     step_costs=b == args.batch_sizes[0],
+                    profile=args.profile,
                 )
                 cells.append(cell)
                 print(decode_table([cell]), flush=True)

@@ -67,6 +67,12 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
         help="with --compile: leave out the gpt-fast-style compiled loop",
     )
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="after timing, profile a decode step of the graph paths and the loop: the kernels "
+        "one step runs, their time and the host calls launching them (off a GPU: CPU operators)",
+    )
+    p.add_argument(
         "--acceptance",
         type=Path,
         default=None,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import write_text_atomic
+from .bench_profile import profile_lines
 
 __all__ = ["GPU_PAGE", "gpu_page", "readme_table", "write_gpu_page"]
 
@@ -317,7 +318,7 @@ def _record_section(path: Path, record: dict[str, Any]) -> str:
                     + ", ".join(differ)
                 )
         parts += [*(f"- {line}" for line in checks), ""]
-        checks = [f"- {line}" for line in _step_graph_costs(mine)]
+        checks = [f"- {line}" for line in _step_graph_costs(mine) + profile_lines(mine)]
         parts += checks + ([""] if checks else [])
         failed = [
             f"- failed at batch {c['batch_size']}: {n}: {_one_line(why)}"

@@ -12,7 +12,8 @@ every variant's cell in its record's section reads ``<ms> ms, <multiple>x floor,
 at the printed digits, the speedup over the peer the page names (the compiled one-token loop, else
 compiled ``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md``
 beside its record, and ``where-*.md``): each row's figures, found by shape, batch and variant, are
-its record's at the printed digits, an empty cell where the record has none.
+its record's at the printed digits, an empty cell where the record has none. A cell's step
+profiles: :mod:`.profile`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .findings import Findings, check_rows, tables_beside, tables_of
+from .profile import check_profiles
 from .split import path_of
 from .tables import median, quantile
 
@@ -269,12 +271,15 @@ def check_bench(results: Path) -> Findings:
         if not isinstance(cells, list) or not all("variants" in c for c in cells):
             found.skip("bench records without decode cells")
             continue
+        args = record.get("args") or {}
+        on_page = args.get("cuda_graphs") == "True" and args.get("device") == "cuda"
         for cell in cells:
             where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
             _check_cell(where, cell, found)
+            section = _section(page, path.stem) if on_page else None
+            check_profiles(where, cell, found, section)
         _check_own_page(path, record, found)
-        args = record.get("args") or {}
-        if args.get("cuda_graphs") == "True" and args.get("device") == "cuda":
+        if on_page:
             _check_page(page, path, record, found)
     for path in sorted((results / "bench").glob("train-*.json")):
         _check_training_bench(path, json.loads(path.read_text(encoding="utf-8")), found)
