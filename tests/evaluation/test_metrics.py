@@ -161,6 +161,28 @@ def test_rouge_l_hand_computed_asymmetric():
     assert out["rouge2"]["f"] == 0.0
 
 
+@pytest.mark.parametrize("use_stemmer", [True, False])
+def test_rouge_tokenizes_as_rouge_scores_default_tokenizer(use_stemmer):
+    """Each text tokenized and each word stemmed once, to the same tokens, and the same scores
+    as rouge-score's own scorer."""
+    from rouge_score import rouge_scorer
+    from rouge_score.tokenizers import DefaultTokenizer
+
+    from skipdecode.evaluation.metrics.text import _OnceTokenizer
+
+    texts = ["Running runners ran; the RUNS!", "generalization generalizes", "", "a b-c d\ne"]
+    once, default = _OnceTokenizer(use_stemmer), DefaultTokenizer(use_stemmer)
+    for text in texts + texts:  # the second time from the cache
+        assert once.tokenize(text) == default.tokenize(text)
+    hyps = ["the runners were running fast", "generalizing models generalize"]
+    refs = [["runner runs fast", "they ran"], ["models that generalize well"]]
+    out = rouge(hyps, refs, types=["rouge1", "rougeL"], use_stemmer=use_stemmer, per_example=True)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=use_stemmer)
+    for i, (h, group) in enumerate(zip(hyps, refs, strict=True)):
+        best = max(scorer.score(r, h)["rougeL"].fmeasure for r in group)
+        assert out["per_example"]["rougeL"]["f"][i] == best
+
+
 def test_rouge_multi_reference_max_and_mean():
     out = rouge(
         ["police kill the gunman", "the gunman kill police"],

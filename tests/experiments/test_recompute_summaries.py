@@ -33,6 +33,20 @@ def test_rouge_is_counted_as_rouge_score_counts_it_in_both_conventions():
             assert value == pytest.approx(scored["per_example"][key]["f"][i], abs=1e-15), key
 
 
+def test_the_bit_parallel_lcs_is_rouge_scores_table():
+    import random
+
+    from rouge_score.rouge_scorer import _lcs_table
+
+    from skipdecode.experiments.recompute.rouge import _lcs_length
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        a = [rng.choice("abcde") for _ in range(rng.randint(0, 70))]  # past one 64-bit word
+        b = [rng.choice("abcdef") for _ in range(rng.randint(0, 40))]
+        assert _lcs_length(tuple(a), tuple(b)) == _lcs_table(b, a)[-1][-1], (a, b)
+
+
 @pytest.mark.parametrize("lowercase", [False, True])
 def test_bleu_is_counted_as_sacrebleu_counts_it(lowercase):
     from sacrebleu.metrics import BLEU

@@ -19,6 +19,7 @@ follow the reference implementations:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -125,6 +126,27 @@ def _check_rouge_types(types: Sequence[str]) -> list[str]:
     return out
 
 
+class _OnceTokenizer:
+    """rouge-score's default tokenizer (``rouge_score.tokenize.tokenize``, the Porter stemmer
+    where asked), with each text tokenized and each word stemmed once per scoring: both are pure
+    functions, and a hypothesis is scored against every reference, the references again for
+    every cell. The same tokens as ``DefaultTokenizer``, a fraction of the time."""
+
+    def __init__(self, use_stemmer: bool):
+        from nltk.stem import porter
+
+        stemmer = porter.PorterStemmer() if use_stemmer else None
+        self.stem = functools.cache(stemmer.stem) if stemmer is not None else None
+        self._tokens: dict[str, tuple[str, ...]] = {}
+
+    def tokenize(self, text: str) -> list[str]:
+        from rouge_score.tokenize import tokenize
+
+        if text not in self._tokens:
+            self._tokens[text] = tuple(tokenize(text, self if self.stem is not None else None))
+        return list(self._tokens[text])
+
+
 def rouge(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
@@ -150,7 +172,7 @@ def rouge(
     rtypes = _check_rouge_types(types)
     if summary and "rougeLsum" not in rtypes:
         rtypes.append("rougeLsum")
-    scorer = rouge_scorer.RougeScorer(rtypes, use_stemmer=use_stemmer)
+    scorer = rouge_scorer.RougeScorer(rtypes, tokenizer=_OnceTokenizer(use_stemmer))
     # per convention and type: each example's (f, p, r)
     rows: dict[str, dict[str, list[tuple[float, float, float]]]] = {
         c: {t: [] for t in rtypes} for c in ("per_type", *ROUGE_CONVENTIONS)
