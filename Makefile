@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu reproduce-gpu-graphs docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -140,6 +140,16 @@ reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 
 # a fixed 10 at once ran an 80 GB H100 out of memory in 20 of 51 cells). A rerun retries only the
 # failed cells.
 GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.gpu_memory --verbose --experiment e2e_smollm2_gpu results/e2e_smollm2_gpu outputs/sweep/e2e_smollm2_gpu)
+
+# One cell at a time (timings need the card alone), each decoded on the fastest exact path and
+# timed against its own full schedule, the gpt-fast-style loop and compiled generate on its own
+# fine-tuned weights; the lossless cell: GRAPH_SCHEDULES=speculative_b10 ARGS="schedule.k=2"
+GRAPH_SCHEDULES ?= full,target_2x,target_3x,target_4x,unified_2x,early_exit_2x
+GRAPH_SWEEP ?= e2e_smollm2_gpu_graphs
+reproduce-gpu-graphs: $(STAMP) smollm2 ## E2E on one GPU, seed 1, quality beside measured speed: whole-step CUDA graphs against full, the loop and compiled generate -> outputs/sweep/e2e_smollm2_gpu_graphs (GRAPH_SWEEP)
+	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2_gpu sweep.name=$(GRAPH_SWEEP) \
+		seed=1 schedule=$(GRAPH_SCHEDULES) eval.compile=auto eval.speed.baseline=full \
+		eval.speed.references=[loop,generate_compiled] eval.speed.timed_batches=4 $(ARGS)
 
 reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every schedule x 3 seeds -> results/e2e_smollm2_gpu
 	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells

@@ -78,29 +78,24 @@ def bench_decode(
     loop: bool = True,
     profile: bool = False,
 ) -> dict[str, Any]:
-    """One (shape, batch) cell: every variant, interleaved, median and quartiles of ``repeats``,
-    compile time apart. ``compile``: compiled ``generate`` and the gpt-fast-style loop (unless
-    not ``compiled_generate`` / ``loop``) and the compiled path for every schedule;
-    ``plan_graphs``: full on one graph for its layers; ``cuda_graphs``: the CUDA-graph paths
-    (``-graphs``, ``-step``) for every schedule, each variant warmed up twice, the CUDA-graph
-    skips and graphs compiled and recorded while timed (all 0); the eager path then times full
-    only. Tokens against each variant's reference. ``lossless_ks``: lossless rounds on the graph
-    paths (:mod:`.bench_lossless`). ``limits``: each row's floors. A variant that raises while
-    warming up is left out, its error recorded. ``step_costs``: what whole-step graphs cost."""
-    dev = torch.device(device)
+    """One (shape, batch) cell: every variant interleaved, median and quartiles of ``repeats``,
+    compile time apart. ``compile``: compiled ``generate``, the gpt-fast-style loop (unless not
+    ``compiled_generate`` / ``loop``) and each schedule's compiled path; ``plan_graphs``: full on
+    one graph; ``cuda_graphs``: ``-graphs`` and ``-step`` (warmed twice, nothing compiled or
+    recorded while timed; eager times full only); ``lossless_ks``: :mod:`.bench_lossless`;
+    ``limits``: floors; ``step_costs``: whole-step graphs' cost; ``profile``: :mod:`.bench_profile`.
+    Tokens against each variant's reference; a variant failing its warm-up is left out, error kept."""
+    dev, loop_timed = torch.device(device), with_transformers and compile and loop
     model = model if model is not None else build_random_model(shape, dtype, device)
     decoders = _decoders(model, compile, plan_graphs, cuda_graphs)
     L = decoders[""].num_layers
     ids, mask = random_prompts(batch_size, prompt_len, model.config.vocab_size, dev)
     schedules: dict[str, StaticSchedule] = {"skipdecode-full": FullSchedule(L)}
     schedules |= {f"skipdecode-{s}x": linear_for_speedup(L, s, new_tokens) for s in speedups}
-    fast = None
-    if with_transformers and compile and loop:
-        fast = FastLoop(model, batch_size, prompt_len + new_tokens)
+    fast = FastLoop(model, batch_size, prompt_len + new_tokens) if loop_timed else None
     variants = _variants(
-        model, decoders, schedules, (ids, mask), new_tokens,
-        with_transformers, (compile and compiled_generate, fast),
-        (lossless_ks, draft_budget),
+        model, decoders, schedules, (ids, mask), new_tokens, with_transformers,
+        (compile and compiled_generate, fast), (lossless_ks, draft_budget),
     )  # fmt: skip
     skips = cudagraph_skips()
     warm, failed = warm_up(variants, twice=cuda_graphs)  # compiles (and records graphs)
@@ -115,21 +110,11 @@ def bench_decode(
     if limits is not None:
         add_floors(rows, decoders[""].adapter, batch_size, prompt_len + new_tokens, limits)
     full = rows["skipdecode-full"]["decode_ms_per_step"] / 1000
-    profiles = None
-    if profile:
-        runs = _profile_runs(decoders, schedules, fast, (ids, mask))
-        timed_ms = {n: r["decode_ms_per_step"] for n, r in rows.items()}
-        profiles = step_profiles(
-            {n: r for n, r in runs.items() if n in rows}, new_tokens, dev, timed_ms
-        )
     return {
         "shape": shape,
         "cudagraph_skips": cudagraph_skips() - skips,
         "graphs_compiled_while_timed": compiled_while_timed,
         "graphs_recorded_while_timed": recorded if cuda_graphs else None,
-        # whole-step graphs: how many a 2x decode records at 32 and 256 new tokens, and their cost
-        "step_graphs": step_graph_costs(model, (ids, mask)) if cuda_graphs and step_costs else None,
-        "step_profile": profiles,
         "failed": failed,
         "acceptance": acceptance if lossless_ks else None,
         "num_layers": L,
@@ -145,6 +130,10 @@ def bench_decode(
         "cost_split": cost_split_of(splits[""], full, L),
         "variants": rows,
         **_compiled_parts(decoders, splits, plan_graphs),
+        "step_graphs": step_graph_costs(model, (ids, mask)) if cuda_graphs and step_costs else None,
+        "step_profile": _profiles(decoders, schedules, fast, (ids, mask), rows)
+        if profile
+        else None,
     }
 
 
@@ -178,13 +167,15 @@ def _decoders(
     return decoders
 
 
-def _profile_runs(
+def _profiles(
     decoders: dict[str, SkipDecoder],
     schedules: dict[str, StaticSchedule],
     fast: FastLoop | None,
     prompts: tuple[torch.Tensor, torch.Tensor],
-) -> dict[str, Callable[[int], Any]]:
-    """The variants :data:`.bench_profile.PROFILED` names, each as a call decoding n tokens."""
+    rows: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """The variants :data:`.bench_profile.PROFILED` names that were timed, each profiled as a
+    call decoding n tokens, beside its timed ms a step."""
     ids, mask = prompts
     runs: dict[str, Callable[[int], Any]] = {}
     for suffix, decoder in decoders.items():
@@ -195,7 +186,10 @@ def _profile_runs(
                 )
     if fast is not None:
         runs["transformers-loop-compiled"] = lambda n: fast.generate(ids, mask, n)
-    return runs
+    timed_ms = {n: r["decode_ms_per_step"] for n, r in rows.items()}
+    timed = {n: r for n, r in runs.items() if n in rows}
+    new_tokens = rows["skipdecode-full"]["raw"]["steps"] + 1  # the prefill's token, then steps
+    return step_profiles(timed, new_tokens, ids.device, timed_ms)
 
 
 def _captures(decoders: dict[str, SkipDecoder]) -> int:
@@ -263,7 +257,7 @@ def _variants(
         variants["transformers-generate"] = lambda: run_hf(False)
         if compiled[0]:
             variants["transformers-generate-compiled"] = lambda: run_hf(True)
-        if compiled[1] is not None:
+        if compiled[1] is not None:  # the loop
             variants["transformers-loop-compiled"] = lambda: run_loop(compiled[1])
     for suffix, decoder in decoders.items():
         for name, sched in schedules.items():
