@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # torch thread each so that the two never oversubscribe the cores
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu reproduce-gpu-graphs docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu bench study clean
+.PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu reproduce-gpu-graphs docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu profile-gpu bench study clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
@@ -143,7 +143,9 @@ GPU_JOBS ?= $(shell $(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.gpu_memory
 
 # One cell at a time (timings need the card alone), each decoded on the fastest exact path and
 # timed against its own full schedule, the gpt-fast-style loop and compiled generate on its own
-# fine-tuned weights; the lossless cell: GRAPH_SCHEDULES=speculative_b10 ARGS="schedule.k=2"
+# fine-tuned weights; the lossless cell in a sweep of its own (a second run of one sweep name
+# numbers its jobs from 0 again): GRAPH_SCHEDULES=speculative_b10
+# GRAPH_SWEEP=e2e_smollm2_gpu_graphs_lossless ARGS="schedule.k=2"
 GRAPH_SCHEDULES ?= full,target_2x,target_3x,target_4x,unified_2x,early_exit_2x
 GRAPH_SWEEP ?= e2e_smollm2_gpu_graphs
 reproduce-gpu-graphs: $(STAMP) smollm2 ## E2E on one GPU, seed 1, quality beside measured speed: whole-step CUDA graphs against full, the loop and compiled generate -> outputs/sweep/e2e_smollm2_gpu_graphs (GRAPH_SWEEP)
@@ -198,14 +200,22 @@ GPU_OUT = $(if $(filter cuda,$(GPU_DEVICE)),results/bench,outputs/bench)
 # (random weights: a round's cost; the tiny dry run drafts 4 of its 8 layers)
 GPU_LOSSLESS = $(if $(filter paper,$(SIZES)),,$(if $(filter tiny,$(SIZES)),--lossless-ks 2 3 --draft-budget 4,--lossless-ks 2 3 --draft-budget 10))
 
-bench-gpu: $(STAMP) ## GPU checks (tests/gpu), then decode on per-layer and whole-step CUDA graphs, lossless rounds host-driven and sync-free, beside the gpt-fast-style loop and compiled generate, each graph path and the loop profiled (kernels a step) (bf16, random weights, batch 1/8/32; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-{smollm2,paper}.{json,md}
+bench-gpu: $(STAMP) ## GPU checks (tests/gpu), then decode on per-layer and whole-step CUDA graphs, lossless rounds host-driven and sync-free, beside the gpt-fast-style loop and compiled generate (bf16, random weights, batch 1/8/32; SIZES=smollm2/paper; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-{smollm2,paper}.{json,md}
 	@mkdir -p $(GPU_OUT)
 	@SKIPDECODE_GPU_TEST_DEVICE=$(GPU_DEVICE) $(OFFLINE) $(PY) -m pytest -m gpu tests/gpu -q -s \
 		-p no:cacheprovider > $(GPU_OUT)/gpu-tests-$(SIZES).log 2>&1; rc=$$?; \
 		cat $(GPU_OUT)/gpu-tests-$(SIZES).log; exit $$rc
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 8 32 --prompt-len 32 \
-		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs --profile \
+		--new-tokens 32 --repeats 10 --speedups 2 3 4 $(if $(filter paper,$(SIZES)),5) --compile --cuda-graphs \
 		$(GPU_LOSSLESS) --dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES) $(ARGS)
+
+# Apart from bench-gpu's timed record (a profiler may stay attached to the device after it ran):
+# each graph path and the loop timed at batch 1 (5 repeats), then profiled (bench_profile).
+profile-gpu: $(STAMP) ## Where a GPU decode step's time goes: kernels a step, their time and host launches on the whole-step and per-layer graph paths and the gpt-fast-style loop (batch 1; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-{smollm2,paper}-profile.{json,md}
+	@mkdir -p $(GPU_OUT)
+	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 --prompt-len 32 \
+		--new-tokens 32 --repeats 5 --speedups 2 --compile --cuda-graphs --no-compiled-generate --profile \
+		--dtype $(GPU_DTYPE) --device $(GPU_DEVICE) --out $(GPU_OUT) --name decode-gpu-$(SIZES)-profile $(ARGS)
 
 bench: $(STAMP) ## Full CPU benchmark: decode (opt-1.3b, smollm2-135m, tiny x batch 1/8/32; eager and compiled, beside eager and compiled generate, both floors) + training -> results/bench/{decode,train}-cpu.{json,md}
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes opt-1.3b smollm2-135m tiny --batch-sizes 1 8 32 \

@@ -69,14 +69,30 @@ def _audit(cell, page):
     return found
 
 
+def _cell(shape, profiles):
+    return {"shape": shape, "batch_size": 2, "variants": {"full": {"decode_ms_per_step": 1.5}},
+            "step_profile": profiles}  # fmt: skip
+
+
+def _section(*cells):
+    """A record's section of the GPU page: each shape's heading, then its profile lines."""
+    return "".join(
+        f"\n### {c['shape']}\n\n" + "".join(f"- {line}\n" for line in profile_lines([c]))
+        for c in cells
+    )
+
+
 def test_the_audit_recomputes_a_profile_and_its_page_line_and_finds_a_planted_change():
     run = _full_decode()
     profiles = step_profiles({"full": run}, 4, torch.device("cpu"), {"full": 1.5})
-    cell = {"batch_size": 2, "variants": {"full": {"decode_ms_per_step": 1.5}}}
-    cell["step_profile"] = profiles
-    page = "\n".join(f"- {line}" for line in profile_lines([cell]))
-    found = _audit(cell, page)
-    assert found.differences == [] and found.checked >= 10
+    cell = _cell("tiny", profiles)
+    # a second shape with the same variant and batch: each is checked against its own heading
+    other = _cell("other", step_profiles({"full": run}, 3, torch.device("cpu"), {"full": 1.5}))
+    page = _section(other, cell)
+    assert profile_lines([other])[0] != profile_lines([cell])[0]
+    for checked in (cell, other):
+        found = _audit(checked, page)
+        assert found.differences == [] and found.checked >= 10
     planted = copy.deepcopy(cell)
     planted["step_profile"]["full"]["events_per_step"] += 1
     assert any("events_per_step" in d for d in _audit(planted, page).differences)
@@ -87,5 +103,7 @@ def test_the_audit_recomputes_a_profile_and_its_page_line_and_finds_a_planted_ch
     assert events in page
     assert any(
         "cpu operators a step" in d
-        for d in _audit(cell, page.replace(events, "0.5 cpu operators")).differences
+        for d in _audit(
+            cell, _section(other) + _section(cell).replace(events, "0.5 cpu operators")
+        ).differences
     )

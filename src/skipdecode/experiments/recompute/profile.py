@@ -32,9 +32,15 @@ def _step_figures(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {"events": events / steps, "us": micros / steps, "host": host}
 
 
-def _line(page: str, name: str, batch: int) -> str | None:
+def _line(section: str, shape: str, name: str, batch: int) -> str | None:
+    """The variant's line under the shape's heading of the record's section."""
+    begin = section.find(f"\n### {shape}\n")
+    if begin < 0:
+        return None
+    end = section.find("\n### ", begin + 1)
     start = f"- {name} at batch {batch}: "
-    return next((line for line in page.splitlines() if line.startswith(start)), None)
+    lines = section[begin : end if end >= 0 else len(section)].splitlines()
+    return next((line for line in lines if line.startswith(start)), None)
 
 
 def check_profiles(
@@ -60,7 +66,7 @@ def check_profiles(
         found.compare(at, "busy_share", p["busy_share"], busy)
         if page is None:
             continue
-        line = _line(page, name, cell["batch_size"]) or ""
+        line = _line(page, cell["shape"], name, cell["batch_size"]) or ""
         fragments = [
             f"{got['events']:.1f} {p['unit']} a step",
             f"{got['us'] / 1000:.3f} ms in them",

@@ -70,6 +70,8 @@ def rescore_job(job: Path) -> bool:
     quality = record.setdefault("quality", {})
     if "bertscore" in quality:
         return False
+    if not (job / GENERATIONS).is_file():
+        raise RescoreError(f"{job}: no {GENERATIONS}; BERTScore is scored from a job's outputs")
     rows = read_generations(job / GENERATIONS)
     if len(rows) != (record.get("dataset") or {}).get("num_inputs"):
         raise RescoreError(
@@ -106,8 +108,7 @@ def rescore_folder(folder: str | Path) -> list[str]:
             "results/<name> as python -m skipdecode.aggregate --publish wrote it"
         )
     done = [job.name for job in jobs if rescore_job(job)]
-    if done:
-        pack_folder(folder)
+    pack_folder(folder)  # also a job a stopped run left unpacked; nothing where all are packed
     return done
 
 
