@@ -211,7 +211,7 @@ bench-gpu: $(STAMP) ## GPU checks (tests/gpu), then decode on per-layer and whol
 
 # Apart from bench-gpu's timed record (a profiler may stay attached to the device after it ran):
 # each graph path and the loop timed at batch 1 (5 repeats), then profiled (bench_profile).
-profile-gpu: $(STAMP) ## Where a GPU decode step's time goes: kernels a step, their time and host launches on the whole-step and per-layer graph paths and the gpt-fast-style loop (batch 1; dry run: GPU_DEVICE=cpu SIZES=tiny) -> results/bench/decode-gpu-{smollm2,paper}-profile.{json,md}
+profile-gpu: $(STAMP) ## Where a GPU decode step's time goes: kernels a step, their time and host launches on the whole-step and per-layer graph paths and the gpt-fast-style loop (batch 1; dry run: GPU_DEVICE=cpu SIZES=tiny) -> a record in results/bench/ named after bench-gpu's, with -profile
 	@mkdir -p $(GPU_OUT)
 	$(OFFLINE) $(PY) -m skipdecode.bench --shapes $(GPU_SHAPES) --batch-sizes 1 --prompt-len 32 \
 		--new-tokens 32 --repeats 5 --speedups 2 --compile --cuda-graphs --no-compiled-generate --profile \
