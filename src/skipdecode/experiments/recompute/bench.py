@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .findings import Findings, check_rows, tables_beside, tables_of
+from .findings import Findings, check_rows, heading_block, tables_beside, tables_of
 from .profile import check_profiles
 from .split import path_of
 from .tables import median, quantile
@@ -108,20 +108,8 @@ def _printed(r: Mapping[str, Any], peer_ms: float | None) -> str:
     return text
 
 
-def _section(page: str, stem: str) -> str:
-    start = page.find(f"\n## {stem}\n")
-    if start < 0:
-        return ""
-    end = page.find("\n## ", start + 1)
-    return page[start : end if end >= 0 else len(page)]
-
-
 def _row_cells(section: str, shape: str, name: str) -> list[str] | None:
-    start = section.find(f"\n### {shape}\n")
-    if start < 0:
-        return None
-    end = section.find("\n### ", start + 1)
-    for line in section[start : end if end >= 0 else len(section)].splitlines():
+    for line in heading_block(section, 3, shape).splitlines():
         label = line.split("|")[1].strip() if line.startswith("|") else ""
         if label == name or label.startswith(f"{name} (composite"):
             return [c.strip() for c in line.strip().strip("|").split("|")[1:]]
@@ -129,7 +117,7 @@ def _row_cells(section: str, shape: str, name: str) -> list[str] | None:
 
 
 def _check_page(page: str, path: Path, record: Mapping[str, Any], found: Findings) -> None:
-    section = _section(page, path.stem)
+    section = heading_block(page, 2, path.stem)
     if not section:
         found.differences.append(f"bench/decode-gpu.md: no section for {path.name}")
         return
@@ -273,10 +261,10 @@ def check_bench(results: Path) -> Findings:
             continue
         args = record.get("args") or {}
         on_page = args.get("cuda_graphs") == "True" and args.get("device") == "cuda"
+        section = heading_block(page, 2, path.stem) if on_page else None
         for cell in cells:
             where = f"bench/{path.name} {cell.get('shape')} batch {cell.get('batch_size')}"
             _check_cell(where, cell, found)
-            section = _section(page, path.stem) if on_page else None
             check_profiles(where, cell, found, section)
         _check_own_page(path, record, found)
         if on_page:

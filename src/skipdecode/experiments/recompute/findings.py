@@ -18,6 +18,7 @@ __all__ = [
     "check_rows",
     "close",
     "csv_rows",
+    "heading_block",
     "printed_as",
     "tables_beside",
     "tables_of",
@@ -75,6 +76,17 @@ class Findings:
         lines += [f"  skipped ({n}): {why}" for why, n in sorted(self.skipped.items())]
         lines += [f"  DIFFERS {d}" for d in self.differences]
         return lines
+
+
+def heading_block(text: str, level: int, title: str) -> str:
+    """The part of a Markdown page under the heading ``title`` of ``level`` (``##``: 2), up to
+    the next heading of that level ("" where there is no such heading)."""
+    marks = "#" * level
+    start = text.find(f"\n{marks} {title}\n")
+    if start < 0:
+        return ""
+    end = text.find(f"\n{marks} ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
 
 
 def check_rows(

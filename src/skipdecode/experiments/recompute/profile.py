@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .findings import Findings
+from .findings import Findings, heading_block
 
 __all__ = ["check_profiles"]
 
@@ -34,12 +34,8 @@ def _step_figures(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def _line(section: str, shape: str, name: str, batch: int) -> str | None:
     """The variant's line under the shape's heading of the record's section."""
-    begin = section.find(f"\n### {shape}\n")
-    if begin < 0:
-        return None
-    end = section.find("\n### ", begin + 1)
     start = f"- {name} at batch {batch}: "
-    lines = section[begin : end if end >= 0 else len(section)].splitlines()
+    lines = heading_block(section, 3, shape).splitlines()
     return next((line for line in lines if line.startswith(start)), None)
 
 

@@ -30,12 +30,10 @@ from ...evaluation.metrics import compute_all
 from ...evaluation.record import metric_settings, per_input_scores, summarize
 from ...io import read_json_or_none, write_json_atomic, write_jsonl_gz_atomic
 from ...provenance import provenance
+from .publish import GZIPPED, RECORD
 from .sources import pack_folder, read_generations
 
 __all__ = ["RescoreError", "rescore_folder"]
-
-RECORD = "record.json"
-GENERATIONS = "generations.jsonl.gz"
 
 
 class RescoreError(ValueError):
@@ -70,9 +68,9 @@ def rescore_job(job: Path) -> bool:
     quality = record.setdefault("quality", {})
     if "bertscore" in quality:
         return False
-    if not (job / GENERATIONS).is_file():
-        raise RescoreError(f"{job}: no {GENERATIONS}; BERTScore is scored from a job's outputs")
-    rows = read_generations(job / GENERATIONS)
+    if not (job / GZIPPED).is_file():
+        raise RescoreError(f"{job}: no {GZIPPED}; BERTScore is scored from a job's outputs")
+    rows = read_generations(job / GZIPPED)
     if len(rows) != (record.get("dataset") or {}).get("num_inputs"):
         raise RescoreError(
             f"{job}: {len(rows)} generation rows for a record of "
@@ -88,7 +86,7 @@ def rescore_job(job: Path) -> bool:
     f1 = per_input_scores(scored)["bertscore_f1"]
     for row, value in zip(rows, f1, strict=True):
         row.setdefault("scores", {})["bertscore_f1"] = value
-    write_jsonl_gz_atomic(job / GENERATIONS, rows)
+    write_jsonl_gz_atomic(job / GZIPPED, rows)
     quality["bertscore"] = scored["bertscore"]
     quality.setdefault("computed_apart", {})["bertscore"] = {**_where(), "settings": settings}
     added = {k: v for k, v in summarize(scored, {}).items() if k.startswith("bertscore_")}
