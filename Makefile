@@ -166,7 +166,7 @@ reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every sch
 docs: $(STAMP) ## Rewrite every generated results page from the committed records: tables, SciTLDR ROUGE and extractive reference points, reach, E2E's own metrics (needs Java), provenance, the GPU and cost-split benchmark pages, README's tables and the excerpts in docs/; leaves a clean clone clean
 	$(OFFLINE) $(PY) -m skipdecode.experiments.sweeps.pages results $(ARGS)
 
-audit: $(STAMP) ## Recompute the published numbers from the records (tables, matched-speed, schedule-search and E2E-suite pages, summary pages, speedups from raw timings, benchmarks, cost splits, lossless benchmarks and draft comparisons from their counts, Spec-Bench pages from their answers, GPU pages, reach pages, the numbers README and docs/ quote) and check every record's provenance; fails on any difference
+audit: $(STAMP) ## Recompute the published numbers from the records (tables and their differences from full, matched-speed, schedule-search and E2E-suite pages, summary pages, speedups from raw timings, benchmarks, cost splits, lossless benchmarks and draft comparisons from their counts, Spec-Bench pages from their answers, GPU pages, reach pages, the numbers README and docs/ quote) and check every record's provenance; fails on any difference
 	$(OFFLINE) $(PY) -m skipdecode.audit results
 
 reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2E (minutes)

@@ -9,10 +9,11 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from skipdecode.evaluation.metrics.text import rouge
-from skipdecode.experiments.recompute.rouge import rouge_scores
+from skipdecode.experiments.recompute.rouge import rouge_l_best, rouge_scores
 from skipdecode.experiments.recompute.summaries import check_summaries
 from skipdecode.experiments.sweeps.sources import read_generations
 
@@ -29,6 +30,7 @@ def test_rouge_is_counted_as_rouge_score_counts_it_in_both_conventions():
     scored = rouge(outputs, references, types=("rouge1", "rouge2", "rougeL"), per_example=True)
     for i, (output, refs) in enumerate(zip(outputs, references, strict=True)):
         mine = rouge_scores(output, refs)
+        assert mine["rougeL"] == rouge_l_best(output, refs)["rougeL"]  # the per-type max alone
         for key, value in mine.items():
             assert value == pytest.approx(scored["per_example"][key]["f"][i], abs=1e-15), key
 
@@ -66,6 +68,19 @@ def test_bleu_is_counted_as_sacrebleu_counts_it(lowercase):
         expected = BLEU(lowercase=lowercase).corpus_score(outputs[lo:hi], streams).score
         stats = bleu_statistics(outputs[lo:hi], references[lo:hi], lowercase)
         assert bleu_from_statistics(stats.sum(0)) == pytest.approx(expected, abs=1e-12), (lo, hi)
+
+
+def test_bleu_of_many_draws_at_once_is_bleu_of_each():
+    from skipdecode.experiments.recompute.bleu import bleu_from_statistics, bleu_of_rows
+
+    rng = np.random.default_rng(0)
+    total = rng.integers(0, 6, size=(400, 4)).astype(float)
+    correct = np.floor(total * rng.random((400, 4)))  # some orders without a match, some empty
+    lengths = rng.integers(0, 9, size=(400, 2)).astype(float)
+    rows = np.concatenate([correct, total, lengths], axis=1)
+    expected = [bleu_from_statistics(r) for r in rows]
+    assert bleu_of_rows(rows) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert {x == 0 for x in expected} == {True, False}
 
 
 @pytest.fixture(scope="module")

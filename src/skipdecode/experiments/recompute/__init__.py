@@ -11,6 +11,9 @@ its own (never the page writers' functions), and check each record's provenance.
 - :mod:`.summaries`: ``summaries.csv`` and ``one_model.csv`` from the cells' generations (ROUGE
   counted here in SciTLDR's two conventions, means and t-intervals over seeds, the differences,
   the paired bootstrap of the per-input metrics, what the intervals decide).
+- :mod:`.deltas`: every ``results.csv``'s differences from full from the cells' generations
+  (BLEU counted here, ROUGE-L's per-type max, the paired bootstrap, the t-interval over seeds),
+  and every ``results.md`` against its table at the printed digits.
 - :mod:`.bench`: the decode benchmarks' speedups and floor multiples from their ms per step, and
   every cell of the GPU page at its printed digits.
 - :mod:`.training`: the GPU training page's memory plan, peaks and losses from each run's

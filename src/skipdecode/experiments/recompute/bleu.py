@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DEFAULT_SETTINGS", "bleu_from_statistics", "bleu_statistics", "implemented", "ngrams",
+    "DEFAULT_SETTINGS", "bleu_from_statistics", "bleu_of_rows", "bleu_statistics", "implemented",
+    "ngrams",
 ]  # fmt: skip
 
 ORDER = 4
@@ -77,7 +78,8 @@ def bleu_statistics(
         correct, total = [], []
         for n in range(1, ORDER + 1):
             grams = ngrams(tokens, n)
-            correct.append(sum((grams & most[n - 1]).values()))
+            most_n = most[n - 1]
+            correct.append(sum(min(c, most_n[g]) for g, c in grams.items() if g in most_n))
             total.append(sum(grams.values()))
         rows.append([*correct, *total, len(tokens), _closest(len(tokens), lengths)])
     return np.asarray(rows, dtype=np.float64)
@@ -100,6 +102,22 @@ def bleu_from_statistics(summed: Sequence[float]) -> float:
         else:
             logs.append(math.log(100.0 * correct[n] / total[n]))
     return penalty * math.exp(sum(logs) / ORDER)
+
+
+def bleu_of_rows(summed: np.ndarray) -> np.ndarray:
+    """:func:`bleu_from_statistics` of each row of ``summed`` (rows x statistics) at once: a
+    bootstrap's draws."""
+    correct, total = summed[:, :ORDER], summed[:, ORDER : 2 * ORDER]
+    length, reference = summed[:, 2 * ORDER], summed[:, 2 * ORDER + 1]
+    unmatched = correct == 0
+    halvings = 2.0 ** np.cumsum(unmatched, axis=1)  # doubled at each order without a match
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(unmatched, 100.0 / (halvings * total), 100.0 * correct / total)
+        short = np.where(length > 0, np.exp(1 - reference / length), 0.0)
+        penalty = np.where(length >= reference, 1.0, short)
+        out = penalty * np.exp(np.log(precision).mean(axis=1))
+    out[~correct.any(axis=1) | (total == 0).any(axis=1)] = 0.0
+    return out
 
 
 def implemented(settings: Mapping[str, Any]) -> bool:

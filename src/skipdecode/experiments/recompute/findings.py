@@ -66,9 +66,11 @@ class Findings:
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
-    def compare(self, where: str, what: str, published: Any, recomputed: Any) -> None:
+    def compare(
+        self, where: str, what: str, published: Any, recomputed: Any, relative: float = RELATIVE
+    ) -> None:
         self.checked += 1
-        if not close(published, recomputed):
+        if not close(published, recomputed, relative):
             self.differences.append(f"{where}: {what} {published!r} != {recomputed!r}")
 
     def report(self) -> list[str]:

@@ -34,9 +34,9 @@ import numpy as np
 
 from ...io import plain_or_gzipped, read_jsonl
 from ..sweeps.sources import read_generations
-from .bleu import bleu_from_statistics, bleu_statistics, implemented
+from .bleu import bleu_from_statistics, bleu_of_rows, bleu_statistics, implemented
 from .findings import Findings, csv_rows
-from .rouge import rouge_scores
+from .rouge import rouge_l_best, rouge_scores
 from .tables import mean_interval, mean_interval_every
 
 __all__ = ["check_summaries"]
@@ -50,28 +50,35 @@ _PAGES = {
 }
 
 
-def _scored_once(generations: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+def _scored_once(
+    generations: Path, settings: Mapping[str, Any], conventions: bool = True
+) -> dict[str, Any]:
     """:func:`_scored` of a generations file, once per content and settings (a copied folder's
-    outputs are not scored again)."""
+    outputs are not scored again; a file scored in SciTLDR's conventions serves either ask)."""
     digest = hashlib.sha256(generations.read_bytes()).hexdigest()
     key = (digest, json.dumps(settings, sort_keys=True, default=str))
-    if key not in _SCORED:
-        _SCORED[key] = _scored(read_generations(generations), settings)
-    return _SCORED[key]
+    if (*key, True) in _SCORED:
+        return _SCORED[(*key, True)]
+    if (*key, conventions) not in _SCORED:
+        rows = read_generations(generations)
+        _SCORED[(*key, conventions)] = _scored(rows, settings, conventions)
+    return _SCORED[(*key, conventions)]
 
 
-_SCORED: dict[tuple[str, str], dict[str, Any]] = {}
+_SCORED: dict[tuple[str, str, bool], dict[str, Any]] = {}
 
 
-def _scored(rows: list[dict[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Inputs and per-input scores: every ROUGE key (stemmed as ``settings["rouge"]`` says),
-    BERTScore F1 where every row keeps it, and BLEU's statistics and corpus score where
-    ``settings["bleu"]`` are settings :mod:`.bleu` implements."""
+def _scored(
+    rows: list[dict[str, Any]], settings: Mapping[str, Any], conventions: bool = True
+) -> dict[str, Any]:
+    """Inputs and per-input scores: ROUGE-L's per-type max and, with ``conventions``, every
+    ROUGE key of SciTLDR's two (stemmed as ``settings["rouge"]`` says), BERTScore F1 where
+    every row keeps it, and BLEU's statistics and corpus score where ``settings["bleu"]`` are
+    settings :mod:`.bleu` implements."""
     stemmer = bool((settings.get("rouge") or {}).get("use_stemmer", True))
-    scores = [
-        rouge_scores(str(r["output"]), [str(x) for x in r["references"]], stemmer) for r in rows
-    ]
-    per_input = {k: [s[k] for s in scores] for k in _ROUGE}
+    score = rouge_scores if conventions else rouge_l_best
+    scores = [score(str(r["output"]), [str(x) for x in r["references"]], stemmer) for r in rows]
+    per_input = {k: [s[k] for s in scores] for k in (scores[0] if scores else ())}
     if rows and all("bertscore_f1" in (r.get("scores") or {}) for r in rows):
         per_input["bertscore_f1"] = [float(r["scores"]["bertscore_f1"]) for r in rows]
     out = {"inputs": [r.get("input") for r in rows], "per_input": per_input}
@@ -102,8 +109,10 @@ class _Cells:
     """The finished cells of results folders with their scores: each folder's ``cells.csv`` is
     read, and each cell scored, once per check (so each cell's BLEU is compared once)."""
 
-    def __init__(self, found: Findings) -> None:
-        self.found, self.rows, self.read = found, {}, {}
+    def __init__(self, found: Findings, conventions: bool = True) -> None:
+        """``conventions``: score ROUGE in SciTLDR's conventions too (else ROUGE-L's per-type
+        max only)."""
+        self.found, self.rows, self.read, self.conventions = found, {}, {}, conventions
 
     def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
         """``folder``'s finished cells (of ``schedules`` only, where given)."""
@@ -129,7 +138,7 @@ class _Cells:
         if found is None or not found[0].is_file():
             self.found.skip("cells without a record or generations (left out, as by the writer)")
             return None
-        scored = _scored_once(*found)
+        scored = _scored_once(*found, self.conventions)
         values: dict[str, Any] = {k: sum(v) / len(v) for k, v in scored["per_input"].items() if v}
         for k in ("bleu", "bertscore_f1", *_SPEEDS):
             if k not in values:
@@ -164,11 +173,13 @@ def _interval(m: str, pairs: list) -> tuple[float, float]:
     if m == "bleu":
         stats = [(s["bleu_stats"], b["bleu_stats"]) for s, b in pairs]
 
+        times: list[np.ndarray] = []  # how often each draw picks each input (integer counts)
+
         def per_seed(k: int, draws: np.ndarray) -> np.ndarray:
-            system, base = (x[draws].sum(1) for x in stats[k])
-            return np.array(
-                [bleu_from_statistics(a) - bleu_from_statistics(b) for a, b in zip(system, base)]
-            )
+            if not times:
+                times.append(np.stack([np.bincount(d, minlength=draws.shape[1]) for d in draws]))
+            system, base = (times[0] @ x for x in stats[k])  # each draw's summed statistics
+            return bleu_of_rows(system) - bleu_of_rows(base)
     else:
         diffs = np.array([np.subtract(s["per_input"][m], b["per_input"][m]) for s, b in pairs])
 
@@ -210,8 +221,12 @@ def _check_row(row: dict[str, str], cells: list, baseline: list, found: Findings
     _check_deltas(row, cells, baseline, _check_means(row, cells, found, where), found, where)
 
 
-def _check_deltas(row, cells: list, baseline: list, metrics: list, found: Findings, where: str):
-    """``cells`` - ``baseline`` of the same seed and inputs, for each of ``metrics``."""
+def _check_deltas(
+    row, cells: list, baseline: list, metrics: list, found: Findings, where: str,
+    verdicts: bool = True,
+):  # fmt: skip
+    """``cells`` - ``baseline`` of the same seed and inputs, for each of ``metrics`` (with what
+    the intervals decide where the page prints ``verdicts``)."""
     by_seed = {c["seed"]: c for c in baseline}
     matched = [
         c for c in cells if c["seed"] in by_seed and c["inputs"] == by_seed[c["seed"]]["inputs"]
@@ -226,10 +241,10 @@ def _check_deltas(row, cells: list, baseline: list, metrics: list, found: Findin
     for m in metrics:
         pairs = [(c, by_seed[c["seed"]]) for c in matched]
         if f"{m}_delta" in row and all(x.get(m) is not None for pair in pairs for x in pair):
-            _check_delta(row, m, pairs, found, where)
+            _check_delta(row, m, pairs, found, where, verdicts)
 
 
-def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
+def _check_delta(row, m: str, pairs: list, found: Findings, where: str, verdicts: bool) -> None:
     """One metric's difference: its point, the per-seed t-interval, the bootstrap, the verdict."""
     diffs = [system[m] - base[m] for system, base in pairs]
     found.compare(where, f"{m}_delta", row.get(f"{m}_delta"), sum(diffs) / len(diffs))
@@ -245,8 +260,9 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     boot = _interval(m, pairs)
     found.compare(where, f"{m}_delta_ci95_low", row.get(f"{m}_delta_ci95_low"), boot[0])
     found.compare(where, f"{m}_delta_ci95_high", row.get(f"{m}_delta_ci95_high"), boot[1])
-    intervals = [boot] + ([seed_interval] if seed_interval[0] is not None else [])
-    found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), _decided(intervals))
+    if verdicts:
+        intervals = [boot] + ([seed_interval] if seed_interval[0] is not None else [])
+        found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), _decided(intervals))
 
 
 def _input_keys(cell: Mapping[str, Any], references: list) -> list[str]:

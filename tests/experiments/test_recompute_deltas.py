@@ -1,0 +1,92 @@
+"""``make audit``'s results tables: every difference from full recomputes from the cells'
+generations, every results page prints its table, and each planted defect is caught."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skipdecode.experiments.recompute.deltas import check_deltas
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "compare_tiny"
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    """A copy of a published folder with three seeds a row (so every interval is there)."""
+    results = tmp_path / "results"
+    shutil.copytree(PUBLISHED, results / PUBLISHED.name)
+    return results / PUBLISHED.name
+
+
+def _differences(folder: Path) -> list[str]:
+    return check_deltas(folder.parent).differences
+
+
+def _edit(path: Path, schedule: str, column: str, value: str) -> None:
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if row["schedule"] == schedule:
+            row[column] = value
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_the_published_differences_and_page_recompute(folder):
+    found = check_deltas(folder.parent)
+    assert found.differences == []
+    assert found.checked > 500  # every row's deltas and every page cell
+
+
+@pytest.mark.parametrize(
+    "column",
+    ["bleu_delta", "bleu_delta_ci95_low", "rougeL_delta_ci95_high",
+     "bertscore_f1_delta_seed_ci95_low", "delta_seeds"],
+)  # fmt: skip
+def test_a_difference_that_the_generations_do_not_give_is_caught(folder, column):
+    _edit(folder / "results.csv", "target_2x", column, "0.5")
+    found = _differences(folder)
+    assert any("results.csv target_2x" in d and column in d for d in found), found
+
+
+def test_a_difference_on_the_full_row_is_caught(folder):
+    _edit(folder / "results.csv", "full", "bleu_delta", "0.0")
+    assert any("results.csv full (full): bleu_delta" in d for d in _differences(folder))
+
+
+def test_a_results_page_that_misprints_its_table_is_caught(folder):
+    page = folder / "results.md"
+    lines = page.read_text(encoding="utf-8").splitlines()
+    row = next(i for i, line in enumerate(lines) if "| target_2x |" in line)
+    cells = lines[row].split(" | ")
+    bleu = next(i for i, c in enumerate(cells) if c.startswith("+") or c.startswith("-"))
+    cells[bleu] = "+9.99" + cells[bleu][cells[bleu].index(" ") :]
+    lines[row] = " | ".join(cells)
+    dropped = next(i for i, line in enumerate(lines) if "| target_4x |" in line)
+    del lines[dropped]
+    page.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    found = _differences(folder)
+    assert any("results.md" in d and "target_2x" in d and "ΔBLEU" in d for d in found), found
+    assert any("results.md: no row for" in d and "target_4x" in d for d in found), found
+
+
+def test_an_output_changed_after_scoring_is_caught(folder):
+    job = next(
+        r["job"] for r in csv.DictReader((folder / "cells.csv").open()) if r["schedule"] == "full"
+    )
+    path = folder / job / "generations.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+    rows[0]["output"] = "an output nobody scored"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    found = _differences(folder)
+    assert any(f"cells.csv job {job}: rougeL (from its outputs)" in d for d in found), found
+    assert any("results.csv" in d and "rougeL_delta" in d for d in found), found
