@@ -90,3 +90,46 @@ def test_an_output_changed_after_scoring_is_caught(folder):
     found = _differences(folder)
     assert any(f"cells.csv job {job}: rougeL (from its outputs)" in d for d in found), found
     assert any("results.csv" in d and "rougeL_delta" in d for d in found), found
+
+
+def _budget_folder(tmp_path: Path) -> Path:
+    from skipdecode.experiments.sweeps.budget import write_budget
+    from skipdecode.experiments.sweeps.table import RESULT_COLUMNS, csv_text
+
+    def row(schedule, steps, delta, low, high, seed_low=None, seed_high=None):
+        return {"status": "ok", "schedule": schedule, "train_steps": steps,
+                "bleu_mean": 60.0 + (delta or 0), "bleu_delta": delta,
+                "bleu_delta_ci95_low": low, "bleu_delta_ci95_high": high,
+                "bleu_delta_seed_ci95_low": seed_low, "bleu_delta_seed_ci95_high": seed_high,
+                "seeds": "1 2", "delta_seeds": "1 2"}  # fmt: skip
+
+    rows = [row("full", s, None, None, None) for s in (90, 180, 270)]
+    rows += [row("target_2x", 90, -5, -7, -3, -9, -1), row("target_2x", 180, -2, -3, -1, -4, 0.5)]
+    rows += [row("target_2x", 270, -0.5, -1.5, 0.5)]
+    folder = tmp_path / "results" / "budget_tiny"
+    folder.mkdir(parents=True)
+    (folder / "results.csv").write_text(csv_text(rows, [*RESULT_COLUMNS, "train_steps"]))
+    write_budget(folder, plot=False)
+    return folder
+
+
+def test_a_budget_page_recomputes_and_each_planted_defect_is_caught(tmp_path):
+    from skipdecode.experiments.recompute.budget import check_budget
+
+    folder = _budget_folder(tmp_path)
+    clean = check_budget(folder.parent)
+    assert clean.differences == [] and clean.checked > 30
+    page = (folder / "budget.md").read_text(encoding="utf-8")
+    assert "target_2x: not separable from full from 180 steps on." in page
+
+    _edit(folder / "budget.csv", "target_2x", "delta_ci95_high", "0.25")
+    assert any("budget.csv target_2x" in d and "delta_ci95_high" in d
+               for d in check_budget(folder.parent).differences)  # fmt: skip
+
+    folder = _budget_folder(tmp_path / "b")
+    (folder / "budget.md").write_text(page.replace("from 180 steps on", "from 90 steps on"))
+    assert any("the sentence is not" in d for d in check_budget(folder.parent).differences)
+
+    folder = _budget_folder(tmp_path / "c")
+    (folder / "budget.md").write_text(page.replace("-2.00 [-3.00, -1.00]", "-2.00 [-3.10, -1.00]"))
+    assert any("budget.md target_2x 180" in d for d in check_budget(folder.parent).differences)

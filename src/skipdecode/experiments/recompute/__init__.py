@@ -14,6 +14,8 @@ its own (never the page writers' functions), and check each record's provenance.
 - :mod:`.deltas`: every ``results.csv``'s differences from full from the cells' generations
   (BLEU counted here, ROUGE-L's per-type max, the paired bootstrap, the t-interval over seeds),
   and every ``results.md`` against its table at the printed digits.
+- :mod:`.budget`: every fine-tuning-budget page (``budget.csv``, ``budget.md``) from its
+  folder's ``results.csv``.
 - :mod:`.bench`: the decode benchmarks' speedups and floor multiples from their ms per step, and
   every cell of the GPU page at its printed digits.
 - :mod:`.training`: the GPU training page's memory plan, peaks and losses from each run's

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench import check_bench
+from .budget import check_budget
 from .deltas import check_deltas
 from .drafts import check_drafts
 from .e2e_suite import check_e2e_suite
@@ -50,6 +51,7 @@ def audit(results: Path, root: Path) -> list[Findings]:
         check_e2e_suite(results),
         check_summaries(results),
         check_deltas(results),
+        check_budget(results),
         check_bench(results),
         check_splits(results),
         check_speculative(results),

@@ -1,0 +1,122 @@
+"""Every fine-tuning-budget page (``budget.csv``, ``budget.md``) recomputed from its folder's
+``results.csv``.
+
+Own reading: the metric is BLEU where any row evaluated at a training step has a BLEU mean, else
+ROUGE-L (shown x 100). Per row of a schedule other than full evaluated at a step: full's mean at
+the same step, the row's mean, its difference from full with the seeds x inputs interval and the
+per-seed t-interval (``results.csv``'s, which :mod:`.deltas` recomputes from the generations),
+and decided: every interval there excludes 0. Per schedule, the page's sentence: not separable
+at any budget; still separable at its largest; or not separable from the first budget after the
+last decided one. ``budget.md``'s table at its printed digits, every row once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..sweeps.table import num
+from .findings import Findings, check_rows, csv_rows, tables_of
+
+__all__ = ["check_budget"]
+
+_METRICS = {"bleu": ("BLEU", 1.0), "rougeL": ("ROUGE-L per-type max", 100.0)}
+_FIELDS = ("full", "value", "delta", "delta_ci95_low", "delta_ci95_high",
+           "delta_seed_ci95_low", "delta_seed_ci95_high")  # fmt: skip
+
+
+def _expected(results: list[dict[str, str]]) -> list[dict[str, Any]]:
+    stepped = [r for r in results if num(r.get("train_steps")) is not None]
+    metric = "bleu" if any(num(r.get("bleu_mean")) is not None for r in stepped) else "rougeL"
+    label, scale = _METRICS[metric]
+
+    def scaled(row: dict[str, str] | None, key: str) -> float | None:
+        value = num((row or {}).get(key))
+        return None if value is None else value * scale
+
+    full = {int(num(r["train_steps"])): r for r in stepped if r.get("schedule") == "full"}
+    out = []
+    for r in stepped:
+        steps = int(num(r["train_steps"]))
+        if r.get("schedule") == "full" or num(r.get(f"{metric}_delta")) is None:
+            continue
+        row = {"schedule": r["schedule"], "train_steps": steps, "metric": label,
+               "delta_seeds": r.get("delta_seeds") or "", "full": scaled(full.get(steps), f"{metric}_mean"),
+               "value": scaled(r, f"{metric}_mean"), "delta": scaled(r, f"{metric}_delta")}  # fmt: skip
+        for kind in ("", "_seed"):
+            for bound in ("low", "high"):
+                key = f"delta{kind}_ci95_{bound}"
+                row[key] = scaled(r, f"{metric}_{key}")
+        pairs = [(row[f"delta{k}_ci95_low"], row[f"delta{k}_ci95_high"]) for k in ("", "_seed")]
+        shown = [(low, high) for low, high in pairs if low is not None and high is not None]
+        row["decided"] = bool(shown) and all(low > 0 or high < 0 for low, high in shown)
+        out.append(row)
+    return out
+
+
+def _sentence(rows: list[dict[str, Any]]) -> str:
+    parts = []
+    for schedule in sorted({r["schedule"] for r in rows}):
+        mine = sorted(
+            (r for r in rows if r["schedule"] == schedule), key=lambda r: r["train_steps"]
+        )
+        decided = [r["train_steps"] for r in mine if r["decided"]]
+        if not decided:
+            parts.append(f"{schedule}: not separable from full at any budget measured")
+        elif decided[-1] == mine[-1]["train_steps"]:
+            parts.append(f"{schedule}: still separable from full at {decided[-1]} steps")
+        else:
+            later = min(r["train_steps"] for r in mine if r["train_steps"] > decided[-1])
+            parts.append(f"{schedule}: not separable from full from {later} steps on")
+    return "; ".join(parts) + "."
+
+
+def _check_folder(folder: Path, found: Findings) -> None:
+    expected = _expected(csv_rows(folder / "results.csv"))
+    where = f"{folder.name}/budget"
+    published = csv_rows(folder / "budget.csv")
+    by_key = {(r["schedule"], r["train_steps"]): r for r in published}
+    if len(by_key) != len(published) or set(by_key) != {
+        (r["schedule"], str(r["train_steps"])) for r in expected
+    }:
+        found.differences.append(f"{where}.csv: its rows are not the results table's stepped rows")
+        return
+    for row in expected:
+        shown = by_key[(row["schedule"], str(row["train_steps"]))]
+        at = f"{where}.csv {row['schedule']} {row['train_steps']}"
+        for key in _FIELDS:
+            found.compare(at, key, shown.get(key), row[key])
+        for key in ("metric", "delta_seeds"):
+            found.compare(at, key, shown.get(key), row[key])
+        found.compare(at, "decided", shown.get("decided"), str(row["decided"]))
+    page = (folder / "budget.md").read_text(encoding="utf-8")
+    found.checked += 1
+    if f"\n{_sentence(expected)}\n" not in page:
+        found.differences.append(f"{where}.md: the sentence is not {_sentence(expected)!r}")
+    tables = tables_of(folder / "budget.md")
+    metric = expected[0]["metric"] if expected else ""
+
+    def interval(row: dict[str, Any], kind: str) -> list[Any]:
+        low, high = row[f"delta{kind}_ci95_low"], row[f"delta{kind}_ci95_high"]
+        return [low, high] if kind else [row["delta"], low, high]
+
+    lines = {
+        (r["schedule"], str(r["train_steps"])): {
+            "paired seeds": r["delta_seeds"], f"full {metric}": [r["full"]], metric: [r["value"]],
+            f"Δ{metric} [seeds x inputs]": interval(r, ""), "Δ [per-seed t]": interval(r, "_seed"),
+            "decided": "yes" if r["decided"] else "no",
+        }
+        for r in expected
+    }  # fmt: skip
+    table = tables[0] if tables else ([], [])
+    check_rows(
+        found, f"{where}.md", table, lines, lambda p: (p.get("schedule", ""), p.get("steps", ""))
+    )
+
+
+def check_budget(results: Path) -> Findings:
+    """Every folder's budget page from its ``results.csv``."""
+    found = Findings("fine-tuning-budget pages from results tables")
+    for page in sorted(results.glob("*/budget.csv")):
+        _check_folder(page.parent, found)
+    return found
