@@ -1,4 +1,4 @@
-"""Short real training runs: loss goes down (full and 2x, synthetic and real E2E), resume after a
+"""Short real training runs: loss goes down (2x and full on synthetic data, 2x on real E2E), resume after a
 crash, export + reload with transformers, DDP on 2 CPU processes, one Hydra multirun."""
 
 from __future__ import annotations
@@ -36,26 +36,21 @@ SHORT = [
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = {}
-    for schedule, logger in (("full", "csv"), ("target_2x", "many")):
-        tmp = tmp_path_factory.mktemp(schedule)
-        cfg = make_cfg(tmp, [*SHORT, f"schedule={schedule}", f"logger={logger}"])
-        metrics, objects = train(cfg)
-        out[schedule] = (tmp, metrics, objects)
-    return out
+    """One 2x run (the full schedule's training is the resume test's, below)."""
+    tmp = tmp_path_factory.mktemp("target_2x")
+    metrics, objects = train(make_cfg(tmp, [*SHORT, "schedule=target_2x", "logger=many"]))
+    return {"target_2x": (tmp, metrics, objects)}
 
 
-@pytest.mark.parametrize("schedule", ["full", "target_2x"])
-def test_training_lowers_validation_loss(runs: dict, schedule: str) -> None:
-    _, metrics, objects = runs[schedule]
+def test_training_lowers_validation_loss(runs: dict) -> None:
+    _, metrics, objects = runs["target_2x"]
     assert metrics["global_step"] == 60
     assert metrics["val/loss"] < 0.5 * metrics["val_start/loss"], metrics
     assert metrics["train/tokens_per_s_mean"] > 0
-    if schedule == "target_2x":
-        desc = objects["schedule"]
-        assert desc["name"] == "linear" and desc["num_layers"] == 8
-        assert desc["decay_tokens"] == objects["run_info"]["expected_length"]
-        assert "val/loss_full" in metrics  # the cost of skipping, measured with every layer
+    desc = objects["schedule"]
+    assert desc["name"] == "linear" and desc["num_layers"] == 8
+    assert desc["decay_tokens"] == objects["run_info"]["expected_length"]
+    assert "val/loss_full" in metrics  # the cost of skipping, measured with every layer
 
 
 def test_wandb_offline_run_is_written_into_output_dir(runs: dict) -> None:
@@ -100,6 +95,8 @@ def test_resumed_run_trains_the_model_an_uninterrupted_run_trains(tmp_path: Path
     ]
     crash = ["+callbacks.crash._target_=train_utils.CrashAfter", "+callbacks.crash.step=13"]
     straight, _ = train(make_cfg(tmp_path / "straight", over))
+    # the full schedule learns too (seeded: 6.26 -> 5.46 in these 24 steps at the default lr)
+    assert straight["val/loss"] < 0.9 * straight["val_start/loss"], straight
     with pytest.raises(SimulatedCrash):
         train(make_cfg(tmp_path / "resumed", [*over, *crash]))
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"

@@ -11,6 +11,8 @@ its own (never the page writers' functions), and check each record's provenance.
 - :mod:`.summaries`: ``summaries.csv`` and ``one_model.csv`` from the cells' generations (ROUGE
   counted here in SciTLDR's two conventions, means and t-intervals over seeds, the differences,
   the paired bootstrap of the per-input metrics, what the intervals decide).
+- :mod:`.scored`: the cells scored from their generations, and the paired bootstrap, for the
+  two checks below.
 - :mod:`.deltas`: every ``results.csv``'s differences from full from the cells' generations
   (BLEU counted here, ROUGE-L's per-type max, the paired bootstrap, the t-interval over seeds),
   and every ``results.md`` against its table at the printed digits.

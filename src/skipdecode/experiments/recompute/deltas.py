@@ -8,7 +8,7 @@ implements the record's settings (:mod:`.summaries` compares it with ``cells.csv
 per input as the generations keep it. Per ``results.csv`` row of a method other than full,
 against full of the same dataset, model and training steps over the seeds both have
 (``delta_seeds``): the difference as the mean of the per-seed differences, the t-interval over
-them, and the two-level paired bootstrap (:mod:`.summaries`: 1,000 draws from numpy's generator
+them, and the two-level paired bootstrap (:mod:`.scored`: 1,000 draws from numpy's generator
 seeded 12345; BLEU recomputed from each draw's summed statistics). A full row, or a row with no
 full to pair with, shows no difference.
 
@@ -26,7 +26,7 @@ from typing import Any
 from ..sweeps.excerpts import page_tables
 from ..sweeps.table import num
 from .findings import Findings, check_rows, csv_rows
-from .summaries import _Cells, _interval
+from .scored import ScoredCells, bootstrap_interval
 from .tables import mean_interval
 
 __all__ = ["check_deltas"]
@@ -73,7 +73,7 @@ def _key(row: dict[str, Any], names: tuple[str, ...] = _GROUP) -> tuple[str, ...
     return tuple(str(row.get(k) or "") for k in names)
 
 
-def _check_cells(folder: Path, cells: _Cells) -> dict[str, dict[str, str]]:
+def _check_cells(folder: Path, cells: ScoredCells) -> dict[str, dict[str, str]]:
     """Each finished cell's ROUGE-L and BERTScore (``cells.csv``) against its outputs; returns
     the published rows by job."""
     published = {r["job"]: r for r in csv_rows(folder / "cells.csv") if r.get("status") == "ok"}
@@ -104,7 +104,7 @@ def _check_metric(row, m: str, pairs: list, published: dict, found: Findings, wh
         )
     point: tuple[float | None, ...] = (None, None, None)
     if _computable(m, pairs):
-        point = (sum(s[m] - b[m] for s, b in pairs) / len(pairs), *_interval(m, pairs))
+        point = (sum(s[m] - b[m] for s, b in pairs) / len(pairs), *bootstrap_interval(m, pairs))
     elif m == "bleu":
         found.skip("bleu differences of cells whose BLEU settings the audit does not count")
         return
@@ -112,7 +112,7 @@ def _check_metric(row, m: str, pairs: list, published: dict, found: Findings, wh
         found.compare(where, f"{m}_delta{suffix}", row.get(f"{m}_delta{suffix}"), value)
 
 
-def _check_table(folder: Path, cells: _Cells, published: dict) -> None:
+def _check_table(folder: Path, cells: ScoredCells, published: dict) -> None:
     """Every ``results.csv`` row's differences from full (module doc)."""
     mine, found = cells.of(folder), cells.found
     for row in csv_rows(folder / "results.csv"):
@@ -180,7 +180,7 @@ def _check_page(folder: Path, found: Findings) -> None:
 
 def check_deltas(results: Path) -> Findings:
     """Every folder's ``results.csv`` differences from its generations, and its ``results.md``."""
-    cells = _Cells(Findings("results tables' differences from generations"), conventions=False)
+    cells = ScoredCells(Findings("results tables' differences from generations"), conventions=False)
     for table in sorted(results.glob("*/results.csv")):
         folder = table.parent
         if not (folder / "cells.csv").is_file():

@@ -1,7 +1,8 @@
 """``summaries.csv``, ``one_model.csv`` and ``extractive.csv`` recomputed from the cells'
 generations, with arithmetic of its own.
 
-Per cell (a finished row of the folder's ``cells.csv`` and its ``generations.jsonl``): ROUGE-1,
+Per cell (a finished row of the folder's ``cells.csv`` and its ``generations.jsonl``, scored by
+:mod:`.scored`): ROUGE-1,
 ROUGE-2 and ROUGE-L F of every output against each of its references, counted by :mod:`.rouge`
 (clipped n-gram matches; the longest common subsequence) over rouge-score's tokens, stemmed as
 the record's settings say; per input SciTLDR's *max* (the reference with the best
@@ -30,163 +31,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ...io import plain_or_gzipped, read_jsonl
 from ..sweeps.sources import read_generations
-from .bleu import bleu_from_statistics, bleu_of_rows, bleu_statistics, implemented
 from .findings import Findings, csv_rows
-from .rouge import rouge_l_best, rouge_scores
+from .scored import ROUGE, SPEEDS, ScoredCells, bootstrap_interval, generations_of, score_rows
 from .tables import mean_interval, mean_interval_every
 
 __all__ = ["check_summaries"]
 
-_ROUGE = tuple(f"{t}_{c}" for c in ("max", "mean") for t in ("rouge1", "rouge2", "rougeL"))
-_SPEEDS = ("measured_speedup_decode", "measured_speedup_e2e")
 #: Each page, and the columns that name the cells of one of its rows.
 _PAGES = {
     "summaries.csv": ("dataset", "model", "schedule", "method", "target_speedup", "train_steps"),
     "one_model.csv": ("dataset", "model", "schedule"),
 }
-
-
-def _scored_once(
-    generations: Path, settings: Mapping[str, Any], conventions: bool = True
-) -> dict[str, Any]:
-    """:func:`_scored` of a generations file, once per content and settings (a copied folder's
-    outputs are not scored again; a file scored in SciTLDR's conventions serves either ask)."""
-    digest = hashlib.sha256(generations.read_bytes()).hexdigest()
-    key = (digest, json.dumps(settings, sort_keys=True, default=str))
-    if (*key, True) in _SCORED:
-        return _SCORED[(*key, True)]
-    if (*key, conventions) not in _SCORED:
-        rows = read_generations(generations)
-        _SCORED[(*key, conventions)] = _scored(rows, settings, conventions)
-    return _SCORED[(*key, conventions)]
-
-
-_SCORED: dict[tuple[str, str, bool], dict[str, Any]] = {}
-
-
-def _scored(
-    rows: list[dict[str, Any]], settings: Mapping[str, Any], conventions: bool = True
-) -> dict[str, Any]:
-    """Inputs and per-input scores: ROUGE-L's per-type max and, with ``conventions``, every
-    ROUGE key of SciTLDR's two (stemmed as ``settings["rouge"]`` says), BERTScore F1 where
-    every row keeps it, and BLEU's statistics and corpus score where ``settings["bleu"]`` are
-    settings :mod:`.bleu` implements."""
-    stemmer = bool((settings.get("rouge") or {}).get("use_stemmer", True))
-    score = rouge_scores if conventions else rouge_l_best
-    scores = [score(str(r["output"]), [str(x) for x in r["references"]], stemmer) for r in rows]
-    per_input = {k: [s[k] for s in scores] for k in (scores[0] if scores else ())}
-    if rows and all("bertscore_f1" in (r.get("scores") or {}) for r in rows):
-        per_input["bertscore_f1"] = [float(r["scores"]["bertscore_f1"]) for r in rows]
-    out = {"inputs": [r.get("input") for r in rows], "per_input": per_input}
-    bleu = settings.get("bleu")
-    if rows and bleu is not None and implemented(bleu):
-        outputs, references = [str(r["output"]) for r in rows], [r["references"] for r in rows]
-        stats = bleu_statistics(outputs, references, bool(bleu.get("lowercase")))
-        out.update(bleu_stats=stats, bleu=bleu_from_statistics(stats.sum(0)))
-    return out
-
-
-def _generations(folder: Path, cell: Mapping[str, Any]) -> tuple[Path, dict[str, Any]] | None:
-    """A cell's generations file and its record's ROUGE and BLEU settings; None without a
-    readable record."""
-    path = folder / cell["job"] / "record.json"
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text("utf-8"))
-    name = (record.get("files") or {}).get("generations", "generations.jsonl")
-    settings = {}
-    for metric in ("rouge", "bleu"):
-        given = (record.get("quality") or {}).get(metric)
-        settings[metric] = given.get("settings") if isinstance(given, dict) else None
-    return plain_or_gzipped(folder / cell["job"] / name), settings
-
-
-class _Cells:
-    """The finished cells of results folders with their scores: each folder's ``cells.csv`` is
-    read, and each cell scored, once per check (so each cell's BLEU is compared once)."""
-
-    def __init__(self, found: Findings, conventions: bool = True) -> None:
-        """``conventions``: score ROUGE in SciTLDR's conventions too (else ROUGE-L's per-type
-        max only)."""
-        self.found, self.rows, self.read, self.conventions = found, {}, {}, conventions
-
-    def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
-        """``folder``'s finished cells (of ``schedules`` only, where given)."""
-        if folder.resolve() not in self.rows:
-            ok = [r for r in csv_rows(folder / "cells.csv") if r.get("status") == "ok"]
-            self.rows[folder.resolve()] = ok
-        out = []
-        for row in self.rows[folder.resolve()]:
-            if schedules is not None and row["schedule"] not in schedules:
-                continue
-            key = (folder.resolve(), row["job"])
-            if key not in self.read:
-                self.read[key] = self._cell(folder, row)
-            if self.read[key] is not None:
-                out.append(self.read[key])
-        return out
-
-    def _cell(self, folder: Path, row: dict[str, str]) -> dict[str, Any] | None:
-        """One cell: its row, scores and figures; None (counted) without readable outputs, as
-        the writer leaves such a cell out. BLEU is counted from the outputs where
-        :mod:`.bleu` implements the record's settings (and compared with ``cells.csv``)."""
-        found = _generations(folder, row)
-        if found is None or not found[0].is_file():
-            self.found.skip("cells without a record or generations (left out, as by the writer)")
-            return None
-        scored = _scored_once(*found, self.conventions)
-        values: dict[str, Any] = {k: sum(v) / len(v) for k, v in scored["per_input"].items() if v}
-        for k in ("bleu", "bertscore_f1", *_SPEEDS):
-            if k not in values:
-                values[k] = float(row[k]) if row.get(k) not in (None, "") else None
-        if "bleu" in scored:
-            where = f"{folder.name}/cells.csv job {row['job']}"
-            self.found.compare(where, "bleu (from its outputs)", row.get("bleu"), scored["bleu"])
-        else:
-            self.found.skip("cells whose BLEU settings the audit does not count (cells.csv's)")
-        return {**row, **values, **scored}
-
-
-def _bootstrap(seeds: int, n: int, per_seed: Any) -> tuple[float, float]:
-    """The two-level paired bootstrap's 2.5th and 97.5th percentiles (module doc):
-    ``per_seed(s, draws)`` gives seed s's differences on each draw's inputs."""
-    rng = np.random.default_rng(12345)
-    draws = rng.integers(0, n, size=(1000, n))
-    if seeds > 1:
-        picked = rng.integers(0, seeds, size=(1000, seeds))
-        weights = np.stack([np.bincount(p, minlength=seeds) for p in picked]).astype(float)
-    else:
-        weights = np.ones((1000, 1))
-    weights /= weights.sum(1, keepdims=True)
-    drawn = (np.stack([per_seed(s, draws) for s in range(seeds)], 1) * weights).sum(1)
-    low, high = np.percentile(drawn, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def _interval(m: str, pairs: list) -> tuple[float, float]:
-    """The bootstrap of ``m``: per-input differences averaged over each draw's inputs, or (BLEU)
-    corpus BLEU recomputed from each draw's summed statistics on both sides."""
-    if m == "bleu":
-        stats = [(s["bleu_stats"], b["bleu_stats"]) for s, b in pairs]
-
-        times: list[np.ndarray] = []  # how often each draw picks each input (integer counts)
-
-        def per_seed(k: int, draws: np.ndarray) -> np.ndarray:
-            if not times:
-                times.append(np.stack([np.bincount(d, minlength=draws.shape[1]) for d in draws]))
-            system, base = (times[0] @ x for x in stats[k])  # each draw's summed statistics
-            return bleu_of_rows(system) - bleu_of_rows(base)
-    else:
-        diffs = np.array([np.subtract(s["per_input"][m], b["per_input"][m]) for s, b in pairs])
-
-        def per_seed(k: int, draws: np.ndarray) -> np.ndarray:
-            return diffs[k][draws].mean(1)
-
-    return _bootstrap(len(pairs), len(pairs[0][0]["inputs"]), per_seed)
 
 
 def _decided(intervals: list[tuple[float, float]]) -> str:
@@ -202,10 +59,10 @@ def _decided(intervals: list[tuple[float, float]]) -> str:
 def _check_means(row: dict[str, str], cells: list, found: Findings, where: str, prefix: str = ""):
     """The row's seeds, and each quality and speed column's mean over them with its t-interval;
     returns the quality metrics the page has."""
-    metrics = [m for m in (*_ROUGE, "bleu", "bertscore_f1") if f"{prefix}{m}_ci95_low" in row]
+    metrics = [m for m in (*ROUGE, "bleu", "bertscore_f1") if f"{prefix}{m}_ci95_low" in row]
     seeds = " ".join(sorted(c["seed"] for c in cells))
     found.compare(where, f"{prefix}seeds", row.get(f"{prefix}seeds"), seeds)
-    for m in (*metrics, *(s for s in _SPEEDS if f"{prefix}{s}" in row)):
+    for m in (*metrics, *(s for s in SPEEDS if f"{prefix}{s}" in row)):
         values = [c.get(m) for c in cells]
         if m in metrics:
             mean, low, high = mean_interval([v for v in values if v is not None])
@@ -221,12 +78,8 @@ def _check_row(row: dict[str, str], cells: list, baseline: list, found: Findings
     _check_deltas(row, cells, baseline, _check_means(row, cells, found, where), found, where)
 
 
-def _check_deltas(
-    row, cells: list, baseline: list, metrics: list, found: Findings, where: str,
-    verdicts: bool = True,
-):  # fmt: skip
-    """``cells`` - ``baseline`` of the same seed and inputs, for each of ``metrics`` (with what
-    the intervals decide where the page prints ``verdicts``)."""
+def _check_deltas(row, cells: list, baseline: list, metrics: list, found: Findings, where: str):
+    """``cells`` - ``baseline`` of the same seed and inputs, for each of ``metrics``."""
     by_seed = {c["seed"]: c for c in baseline}
     matched = [
         c for c in cells if c["seed"] in by_seed and c["inputs"] == by_seed[c["seed"]]["inputs"]
@@ -241,10 +94,10 @@ def _check_deltas(
     for m in metrics:
         pairs = [(c, by_seed[c["seed"]]) for c in matched]
         if f"{m}_delta" in row and all(x.get(m) is not None for pair in pairs for x in pair):
-            _check_delta(row, m, pairs, found, where, verdicts)
+            _check_delta(row, m, pairs, found, where)
 
 
-def _check_delta(row, m: str, pairs: list, found: Findings, where: str, verdicts: bool) -> None:
+def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     """One metric's difference: its point, the per-seed t-interval, the bootstrap, the verdict."""
     diffs = [system[m] - base[m] for system, base in pairs]
     found.compare(where, f"{m}_delta", row.get(f"{m}_delta"), sum(diffs) / len(diffs))
@@ -257,12 +110,11 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str, verdicts
     ):
         found.skip(f"{m} bootstrap intervals (no per-input figures)")
         return
-    boot = _interval(m, pairs)
+    boot = bootstrap_interval(m, pairs)
     found.compare(where, f"{m}_delta_ci95_low", row.get(f"{m}_delta_ci95_low"), boot[0])
     found.compare(where, f"{m}_delta_ci95_high", row.get(f"{m}_delta_ci95_high"), boot[1])
-    if verdicts:
-        intervals = [boot] + ([seed_interval] if seed_interval[0] is not None else [])
-        found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), _decided(intervals))
+    intervals = [boot] + ([seed_interval] if seed_interval[0] is not None else [])
+    found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), _decided(intervals))
 
 
 def _input_keys(cell: Mapping[str, Any], references: list) -> list[str]:
@@ -273,7 +125,7 @@ def _input_keys(cell: Mapping[str, Any], references: list) -> list[str]:
     ]
 
 
-def _check_extractive(folder: Path, cells: _Cells) -> None:
+def _check_extractive(folder: Path, cells: ScoredCells) -> None:
     """``extractive.csv``: each reference point's outputs (``extractive.jsonl.gz``) scored here
     against full's references (the stored input keys must be full's), full - point over full's
     seeds, and full's own row."""
@@ -296,12 +148,12 @@ def _check_extractive(folder: Path, cells: _Cells) -> None:
             points.get((row["dataset"], row["model"], row["system"]), []),
             key=lambda r: int(r["index"]),
         )
-        path, settings = _generations(folder, fulls[0])
+        path, settings = generations_of(folder, fulls[0])
         refs = [r["references"] for r in read_generations(path)]
         if [r.get("input_sha256") for r in stored] != _input_keys(fulls[0], refs):
             found.differences.append(f"{where}: its kept outputs are not for full's inputs")
             continue
-        point = _scored(
+        point = score_rows(
             [{**r, "references": x} for r, x in zip(stored, refs, strict=True)], settings
         )
         values = {k: sum(v) / len(v) for k, v in point["per_input"].items()}
@@ -313,7 +165,7 @@ def _check_extractive(folder: Path, cells: _Cells) -> None:
         _check_deltas(row, fulls, baseline, metrics, found, where)
 
 
-def _baseline(folder: Path, kind: str, rows: list[dict[str, str]], cells: _Cells) -> Any:
+def _baseline(folder: Path, kind: str, rows: list[dict[str, str]], cells: ScoredCells) -> Any:
     """A function from a page row to the cells its differences are taken against: full of the
     same dataset and model (``summaries.csv``), or the per-schedule folder's cells of the
     schedule the row names (a one-model page; that folder beside this one)."""
@@ -335,7 +187,7 @@ def _key(kind: str, cell: Mapping[str, Any]) -> tuple:
     return tuple(cell.get(k) or "" for k in _PAGES[kind])
 
 
-def _check_page(folder: Path, page: str, cells: _Cells) -> None:
+def _check_page(folder: Path, page: str, cells: ScoredCells) -> None:
     """One page's rows against the cells, and no group of cells without its row."""
     found, kind = cells.found, "summaries.csv" if page == "summaries.csv" else "one_model.csv"
     rows = csv_rows(folder / page)
@@ -363,7 +215,9 @@ def _check_page(folder: Path, page: str, cells: _Cells) -> None:
             shown.add(_key(kind, cell))
 
 
-def _same_schedule_cells(folder: Path, rows: list, cell: Mapping[str, Any], cells: _Cells) -> bool:
+def _same_schedule_cells(
+    folder: Path, rows: list, cell: Mapping[str, Any], cells: ScoredCells
+) -> bool:
     """Whether the page's per-schedule folder has cells of ``cell``'s schedule (so the page
     owes it a row)."""
     against = folder.parent / Path(rows[0]["against"]).name
@@ -376,7 +230,7 @@ def _same_schedule_cells(folder: Path, rows: list, cell: Mapping[str, Any], cell
 def check_summaries(results: Path) -> Findings:
     """Every ``summaries.csv``, one-model page (``one_model*.csv``) and ``extractive.csv``
     under ``results``."""
-    cells = _Cells(Findings("summary pages from generations"))
+    cells = ScoredCells(Findings("summary pages from generations"))
     pages = [*results.glob("*/summaries.csv"), *results.glob("*/one_model*.csv")]
     for path in sorted(pages):
         _check_page(path.parent, path.name, cells)
