@@ -67,7 +67,12 @@ def test_published_cells_are_the_cells_their_commands_train_now(published):
 
     for identity_file in sorted(published.glob(f"*/{IDENTITY_FILE}")):
         cell = json.loads((identity_file.parent / "cell.json").read_text())
-        overrides = [o for o in cell["overrides"] if not o.startswith(("sweep.", "paths."))]
+        steps = ("sweep.eval_step=", "sweep.keep_steps=")  # the step a cell evaluates is in its id
+        overrides = [
+            o
+            for o in cell["overrides"]
+            if o.startswith(steps) or not o.startswith(("sweep.", "paths."))
+        ]
         cfg = _resolved_without_paths_output(compose("sweep", overrides))
         if not Path(cfg["dataset"].get("data_dir") or "").is_dir():
             pytest.skip(f"the data of {published.name} is not on this machine")
@@ -87,7 +92,12 @@ def test_published_evaluations_are_the_evaluations_their_commands_run_now(publis
         cell = json.loads(cell_file.read_text())
         if cell.get("status") != "ok" or "/eval-" not in str(cell.get("source")):
             continue
-        overrides = [o for o in cell["overrides"] if not o.startswith(("sweep.", "paths."))]
+        steps = ("sweep.eval_step=", "sweep.keep_steps=")  # the step a cell evaluates is in its id
+        overrides = [
+            o
+            for o in cell["overrides"]
+            if o.startswith(steps) or not o.startswith(("sweep.", "paths."))
+        ]
         cfg = _resolved_without_paths_output(compose("sweep", overrides))
         published_id = str(cell["source"]).rsplit("/eval-", 1)[1]
         assert eval_id(cfg) == published_id, (
