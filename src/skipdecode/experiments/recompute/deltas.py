@@ -26,7 +26,7 @@ from typing import Any
 from ..sweeps.excerpts import page_tables
 from ..sweeps.table import num
 from .findings import Findings, check_rows, csv_rows
-from .scored import ScoredCells, bootstrap_interval
+from .scored import ScoredCells, bootstrap_interval, computable
 from .tables import mean_interval
 
 __all__ = ["check_deltas"]
@@ -76,8 +76,9 @@ def _key(row: dict[str, Any], names: tuple[str, ...] = _GROUP) -> tuple[str, ...
 def _check_cells(folder: Path, cells: ScoredCells) -> dict[str, dict[str, str]]:
     """Each finished cell's ROUGE-L and BERTScore (``cells.csv``) against its outputs; returns
     the published rows by job."""
-    published = {r["job"]: r for r in csv_rows(folder / "cells.csv") if r.get("status") == "ok"}
-    for cell in cells.of(folder):
+    scored = cells.of(folder)
+    published = {r["job"]: r for r in cells.rows[folder.resolve()]}  # as cells.csv prints them
+    for cell in scored:
         where, shown = f"{folder.name}/cells.csv job {cell['job']}", published[cell["job"]]
         cells.found.compare(where, "rougeL (from its outputs)", shown.get("rougeL"), cell["rougeL"])
         if "bertscore_f1" in cell["per_input"]:
@@ -86,10 +87,6 @@ def _check_cells(folder: Path, cells: ScoredCells) -> dict[str, dict[str, str]]:
                 cell["bertscore_f1"], FLOAT32,
             )  # fmt: skip
     return published
-
-
-def _computable(m: str, pairs: list) -> bool:
-    return all(m in x["per_input"] or (m == "bleu" and "bleu_stats" in x) for p in pairs for x in p)
 
 
 def _check_metric(row, m: str, pairs: list, published: dict, found: Findings, where: str) -> None:
@@ -103,7 +100,7 @@ def _check_metric(row, m: str, pairs: list, published: dict, found: Findings, wh
             where, f"{m}_delta_seed_ci95_{bound}", row.get(f"{m}_delta_seed_ci95_{bound}"), value
         )
     point: tuple[float | None, ...] = (None, None, None)
-    if _computable(m, pairs):
+    if computable(m, pairs):
         point = (sum(s[m] - b[m] for s, b in pairs) / len(pairs), *bootstrap_interval(m, pairs))
     elif m == "bleu":
         found.skip("bleu differences of cells whose BLEU settings the audit does not count")
@@ -112,10 +109,10 @@ def _check_metric(row, m: str, pairs: list, published: dict, found: Findings, wh
         found.compare(where, f"{m}_delta{suffix}", row.get(f"{m}_delta{suffix}"), value)
 
 
-def _check_table(folder: Path, cells: ScoredCells, published: dict) -> None:
+def _check_table(folder: Path, table: list, cells: ScoredCells, published: dict) -> None:
     """Every ``results.csv`` row's differences from full (module doc)."""
     mine, found = cells.of(folder), cells.found
-    for row in csv_rows(folder / "results.csv"):
+    for row in table:
         if row.get("status") != "ok":
             continue
         where = f"{folder.name}/results.csv {row.get('schedule')} ({row.get('method')})"
@@ -155,7 +152,7 @@ def _printed(row: dict[str, str], column: str, kind: str) -> Any:
     return [num(stem), *bounds] if None not in bounds else [num(stem)]
 
 
-def _check_page(folder: Path, found: Findings) -> None:
+def _check_page(folder: Path, table: list, found: Findings) -> None:
     """``results.md``'s first table against ``results.csv`` (module doc)."""
     where = f"{folder.name}/results.md"
     tables = page_tables((folder / "results.md").read_text(encoding="utf-8"))
@@ -168,7 +165,7 @@ def _check_page(folder: Path, found: Findings) -> None:
         found.differences.append(f"{where}: columns the audit does not know: {unknown}")
         return
     expected = {}
-    for row in csv_rows(folder / "results.csv"):
+    for row in table:
         expected[_key(row, _LABELS)] = {label: _printed(row, *_PAGE[label]) for label in header}
 
     def key(printed: dict[str, str]) -> tuple[str, ...]:
@@ -186,7 +183,8 @@ def check_deltas(results: Path) -> Findings:
         if not (folder / "cells.csv").is_file():
             cells.found.skip("results tables without cells.csv")
             continue
-        _check_table(folder, cells, _check_cells(folder, cells))
+        rows = csv_rows(table)
+        _check_table(folder, rows, cells, _check_cells(folder, cells))
         if (folder / "results.md").is_file():
-            _check_page(folder, cells.found)
+            _check_page(folder, rows, cells.found)
     return cells.found

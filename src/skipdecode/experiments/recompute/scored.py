@@ -28,8 +28,8 @@ from .findings import Findings, csv_rows
 from .rouge import rouge_l_best, rouge_scores
 
 __all__ = [
-    "ROUGE", "SPEEDS", "ScoredCells", "bootstrap", "bootstrap_interval", "generations_of",
-    "score_once", "score_rows",
+    "ROUGE", "SPEEDS", "ScoredCells", "bootstrap", "bootstrap_interval", "computable",
+    "generations_of", "score_once", "score_rows",
 ]  # fmt: skip
 
 ROUGE = tuple(f"{t}_{c}" for c in ("max", "mean") for t in ("rouge1", "rouge2", "rougeL"))
@@ -151,6 +151,12 @@ def bootstrap(seeds: int, n: int, per_seed: Any) -> tuple[float, float]:
     drawn = (np.stack([per_seed(s, draws) for s in range(seeds)], 1) * weights).sum(1)
     low, high = np.percentile(drawn, [2.5, 97.5])
     return float(low), float(high)
+
+
+def computable(m: str, pairs: list) -> bool:
+    """Whether every cell of ``pairs`` has what :func:`bootstrap_interval` draws for ``m``: its
+    per-input scores, or (BLEU) its per-input statistics."""
+    return all(m in x["per_input"] or (m == "bleu" and "bleu_stats" in x) for p in pairs for x in p)
 
 
 def bootstrap_interval(m: str, pairs: list) -> tuple[float, float]:

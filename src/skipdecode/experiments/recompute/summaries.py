@@ -34,7 +34,15 @@ from typing import Any
 from ...io import plain_or_gzipped, read_jsonl
 from ..sweeps.sources import read_generations
 from .findings import Findings, csv_rows
-from .scored import ROUGE, SPEEDS, ScoredCells, bootstrap_interval, generations_of, score_rows
+from .scored import (
+    ROUGE,
+    SPEEDS,
+    ScoredCells,
+    bootstrap_interval,
+    computable,
+    generations_of,
+    score_rows,
+)  # fmt: skip
 from .tables import mean_interval, mean_interval_every
 
 __all__ = ["check_summaries"]
@@ -105,9 +113,7 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     for bound, value in zip(("low", "high"), seed_interval, strict=True):
         column = f"{m}_delta_seed_ci95_{bound}"
         found.compare(where, column, row.get(column), value)
-    if not all(
-        m in s["per_input"] or (m == "bleu" and "bleu_stats" in s) for p in pairs for s in p
-    ):
+    if not computable(m, pairs):
         found.skip(f"{m} bootstrap intervals (no per-input figures)")
         return
     boot = bootstrap_interval(m, pairs)
