@@ -26,7 +26,7 @@ from typing import Any
 from ..sweeps.excerpts import page_tables
 from ..sweeps.table import num
 from .findings import Findings, check_rows, csv_rows
-from .scored import ScoredCells, bootstrap_interval, computable
+from .scored import ScoredCells, bootstrap_interval, check_unpaired, computable, paired
 from .tables import mean_interval
 
 __all__ = ["check_deltas"]
@@ -121,20 +121,12 @@ def _check_table(folder: Path, table: list, cells: ScoredCells, published: dict)
             c["seed"]: c for c in mine if c["method"] == "full" and _key(c, same) == _key(row, same)
         }
         members = [c for c in mine if _key(c) == _key(row)] if row.get("method") != "full" else []
-        matched = [
-            c for c in members if c["seed"] in full and c["inputs"] == full[c["seed"]]["inputs"]
-        ]
-        if not matched:  # nothing to pair: the row shows no difference
-            for column in [c for c in row if c == "delta_seeds" or "_delta" in c]:
-                found.compare(where, column, row.get(column), None)
+        pairs = paired(members, full)
+        if not pairs:  # nothing to pair: the row shows no difference
+            check_unpaired(row, found, where)
             continue
-        found.compare(
-            where,
-            "delta_seeds",
-            row.get("delta_seeds"),
-            " ".join(sorted(c["seed"] for c in matched)),
-        )
-        pairs = [(c, full[c["seed"]]) for c in matched]
+        seeds = " ".join(sorted(c["seed"] for c, _ in pairs))
+        found.compare(where, "delta_seeds", row.get("delta_seeds"), seeds)
         for m in [m for m in _METRICS if f"{m}_delta" in row]:
             _check_metric(row, m, pairs, published, found, where)
 

@@ -28,8 +28,8 @@ from .findings import Findings, csv_rows
 from .rouge import rouge_l_best, rouge_scores
 
 __all__ = [
-    "ROUGE", "SPEEDS", "ScoredCells", "bootstrap", "bootstrap_interval", "computable",
-    "generations_of", "score_once", "score_rows",
+    "ROUGE", "SPEEDS", "ScoredCells", "bootstrap", "bootstrap_interval", "check_unpaired",
+    "computable", "generations_of", "paired", "score_once", "score_rows",
 ]  # fmt: skip
 
 ROUGE = tuple(f"{t}_{c}" for c in ("max", "mean") for t in ("rouge1", "rouge2", "rougeL"))
@@ -151,6 +151,23 @@ def bootstrap(seeds: int, n: int, per_seed: Any) -> tuple[float, float]:
     drawn = (np.stack([per_seed(s, draws) for s in range(seeds)], 1) * weights).sum(1)
     low, high = np.percentile(drawn, [2.5, 97.5])
     return float(low), float(high)
+
+
+def paired(cells: list, baseline: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """Each of ``cells`` with ``baseline``'s cell of its seed (``baseline``: seed -> cell) where
+    both were scored on the same inputs: what a difference is taken over."""
+    return [
+        (c, baseline[c["seed"]])
+        for c in cells
+        if c["seed"] in baseline and c["inputs"] == baseline[c["seed"]]["inputs"]
+    ]
+
+
+def check_unpaired(row: Mapping[str, str], found: Findings, where: str) -> None:
+    """A row with nothing to pair shows no difference: every ``delta_seeds``, ``*_delta*`` and
+    ``*_decided`` column is empty."""
+    for column in [c for c in row if c == "delta_seeds" or "_delta" in c or "_decided" in c]:
+        found.compare(where, column, row.get(column), None)
 
 
 def computable(m: str, pairs: list) -> bool:

@@ -39,8 +39,10 @@ from .scored import (
     SPEEDS,
     ScoredCells,
     bootstrap_interval,
+    check_unpaired,
     computable,
     generations_of,
+    paired,
     score_rows,
 )  # fmt: skip
 from .tables import mean_interval, mean_interval_every
@@ -88,19 +90,14 @@ def _check_row(row: dict[str, str], cells: list, baseline: list, found: Findings
 
 def _check_deltas(row, cells: list, baseline: list, metrics: list, found: Findings, where: str):
     """``cells`` - ``baseline`` of the same seed and inputs, for each of ``metrics``."""
-    by_seed = {c["seed"]: c for c in baseline}
-    matched = [
-        c for c in cells if c["seed"] in by_seed and c["inputs"] == by_seed[c["seed"]]["inputs"]
-    ]
-    if not matched:  # nothing to pair: the row must show no difference
-        for column in [c for c in row if c == "delta_seeds" or "_delta" in c or "_decided" in c]:
-            found.compare(where, column, row.get(column), None)
+    pairs = paired(cells, {c["seed"]: c for c in baseline})
+    if not pairs:  # nothing to pair: the row must show no difference
+        check_unpaired(row, found, where)
         return
     if "delta_seeds" in row:
-        seeds = " ".join(sorted(c["seed"] for c in matched))
+        seeds = " ".join(sorted(c["seed"] for c, _ in pairs))
         found.compare(where, "delta_seeds", row.get("delta_seeds"), seeds)
     for m in metrics:
-        pairs = [(c, by_seed[c["seed"]]) for c in matched]
         if f"{m}_delta" in row and all(x.get(m) is not None for pair in pairs for x in pair):
             _check_delta(row, m, pairs, found, where)
 
