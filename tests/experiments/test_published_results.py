@@ -4,6 +4,8 @@ records, and publishing is whole or nothing."""
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 from pathlib import Path
 
@@ -58,22 +60,33 @@ def test_committed_tables_are_rebuilt_from_committed_records(published):
 WITH_IDENTITIES = [p for p in PUBLISHED if any(p.glob(f"*/{IDENTITY_FILE}"))]
 
 
+def _command_config(cell: dict) -> dict:
+    """The resolved config the cell's sweep command composes today (its sweep and path settings
+    left out, but for the step a cell evaluates, which is part of its identity)."""
+    steps = ("sweep.eval_step=", "sweep.keep_steps=")
+    overrides = [
+        o
+        for o in cell["overrides"]
+        if o.startswith(steps) or not o.startswith(("sweep.", "paths."))
+    ]
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> dict:
+    """Composed once per command (the identity and evaluation-id tests ask for the same cells)."""
+    from skipdecode.experiments.sweeps.sweep import _resolved_without_paths_output
+
+    return _resolved_without_paths_output(compose("sweep", list(overrides)))
+
+
 @pytest.mark.parametrize("published", _cases(WITH_IDENTITIES))
 def test_published_cells_are_the_cells_their_commands_train_now(published):
     """Each published cell's identity is the one its sweep command computes from today's
     configs in this checkout: a rerun after ``--restore`` reuses it instead of training again.
     Fails when a training default changed since publication (the published rows are stale)."""
-    from skipdecode.experiments.sweeps.sweep import _resolved_without_paths_output
-
     for identity_file in sorted(published.glob(f"*/{IDENTITY_FILE}")):
-        cell = json.loads((identity_file.parent / "cell.json").read_text())
-        steps = ("sweep.eval_step=", "sweep.keep_steps=")  # the step a cell evaluates is in its id
-        overrides = [
-            o
-            for o in cell["overrides"]
-            if o.startswith(steps) or not o.startswith(("sweep.", "paths."))
-        ]
-        cfg = _resolved_without_paths_output(compose("sweep", overrides))
+        cfg = _command_config(json.loads((identity_file.parent / "cell.json").read_text()))
         if not Path(cfg["dataset"].get("data_dir") or "").is_dir():
             pytest.skip(f"the data of {published.name} is not on this machine")
         ident = json.loads(identity_file.read_text())
@@ -86,19 +99,12 @@ def test_published_evaluations_are_the_evaluations_their_commands_run_now(publis
     command computes from today's configs: a rerun after ``--restore`` reuses the record.
     Fails when an evaluation default changed since publication for a schedule it affects."""
     from skipdecode.experiments.sweeps.labels import eval_id
-    from skipdecode.experiments.sweeps.sweep import _resolved_without_paths_output
 
     for cell_file in sorted(published.glob("*/cell.json")):
         cell = json.loads(cell_file.read_text())
         if cell.get("status") != "ok" or "/eval-" not in str(cell.get("source")):
             continue
-        steps = ("sweep.eval_step=", "sweep.keep_steps=")  # the step a cell evaluates is in its id
-        overrides = [
-            o
-            for o in cell["overrides"]
-            if o.startswith(steps) or not o.startswith(("sweep.", "paths."))
-        ]
-        cfg = _resolved_without_paths_output(compose("sweep", overrides))
+        cfg = _command_config(cell)
         published_id = str(cell["source"]).rsplit("/eval-", 1)[1]
         assert eval_id(cfg) == published_id, (
             cell_file

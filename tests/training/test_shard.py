@@ -32,6 +32,7 @@ SHARDED = [
     "trainer.accelerator=cpu",
     "trainer.devices=2",
     "trainer.precision=32-true",
+    "trainer.strategy.start_method=fork",  # the workers inherit this process's imports
     "loader.batch_size=8",  # x 2 devices: the single-process run's 16
 ]
 #: How far the sharded run's losses may end from the single-process run's: the same data and

@@ -127,8 +127,8 @@ def test_shard_config_builds_the_sharded_strategy(tmp_path: Path) -> None:
     assert isinstance(strategy, ShardedStrategy) and strategy.start_method == "spawn"
     assert not strategy._save_distributed_checkpoint and strategy._tensor_parallel_size == 1
     assert cfg.trainer.precision == "bf16-mixed" and not cfg.trainer.use_distributed_sampler
-    with pytest.raises(ValueError, match="start_method='fork' is not allowed"):
-        ShardedStrategy(start_method="fork")
+    with pytest.raises(ValueError, match="start_method='forkserver' is not allowed"):
+        ShardedStrategy(start_method="forkserver")
 
 
 def test_wandb_logger_is_offline_and_writes_into_output_dir(tmp_path: Path, monkeypatch) -> None:

@@ -22,8 +22,10 @@ Checkpoints are full state dicts (``save_distributed_checkpoint=False``): rank 0
 that exports as an ordinary transformers directory and loads on any device count; a run resumes
 from it with the same global batch (devices x ``loader.batch_size``), which the data order needs.
 Workers start by ``spawn`` (as ``trainer=ddp``): the script is not re-run, so Hydra makes one
-output directory, also in multiruns; ``start_method: popen`` re-runs the script (Lightning's
-default); where a cluster starts the processes (SLURM, torchrun) neither launcher runs.
+output directory, also in multiruns; ``start_method: fork`` forks them from this process (nothing
+re-imported: seconds instead of a re-import per worker, what the CPU tests use; Lightning refuses
+it once CUDA is initialised); ``start_method: popen`` re-runs the script (Lightning's default);
+where a cluster starts the processes (SLURM, torchrun) no launcher of these runs.
 """
 
 from __future__ import annotations
@@ -62,10 +64,12 @@ class ShardedStrategy(ModelParallelStrategy):
         save_distributed_checkpoint: bool = False,
         **kwargs: Any,
     ):
-        if start_method not in ("spawn", "popen"):
+        if start_method not in ("spawn", "fork", "popen"):
             raise ValueError(
                 f"trainer.strategy.start_method={start_method!r} is not allowed: 'spawn' (workers "
-                "started by torch.multiprocessing) or 'popen' (the script re-run per worker)"
+                "started by torch.multiprocessing), 'fork' (workers forked from this process, "
+                "nothing re-imported; not once CUDA is initialised) or 'popen' (the script re-run "
+                "per worker)"
             )
         kwargs.setdefault("tensor_parallel_size", 1)
         super().__init__(save_distributed_checkpoint=save_distributed_checkpoint, **kwargs)
@@ -78,7 +82,7 @@ class ShardedStrategy(ModelParallelStrategy):
         if self.start_method == "popen" or self.cluster_environment.creates_processes_externally:
             super()._configure_launcher()  # a cluster (SLURM, torchrun) starts the processes
             return
-        self._launcher = FullWeightsLauncher(self, start_method="spawn")
+        self._launcher = FullWeightsLauncher(self, start_method=self.start_method)
 
     def setup_environment(self) -> None:
         """Processes and the device mesh, leaving the global random generators (CPU, numpy,
