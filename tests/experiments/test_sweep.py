@@ -632,6 +632,23 @@ def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
     check_eval_step({"sweep": {"keep_steps": [], "eval_step": None}})
 
 
+def test_a_restored_stepped_evaluation_is_reused_without_its_weights(tmp_path):
+    """A cell restored from published results has its evaluation record and no checkpoints:
+    reusing the evaluation of step 120 needs no weights (the sweep refused it before)."""
+    from skipdecode.experiments.sweeps.steps import STEP_DIR, reused_step_export
+
+    train = tmp_path / "train"
+    assert reused_step_export(train, 120) is None
+    (train / "export-step120").mkdir(parents=True)
+    (train / "export-step120" / "config.json").write_text("{}")
+    assert reused_step_export(train, 120) == train / "export-step120"
+    assert reused_step_export(train, 240) is None
+    (train / STEP_DIR).mkdir()
+    (train / STEP_DIR / "step-240.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception):  # kept weights are exported: a broken file is not skipped
+        reused_step_export(train, 240)
+
+
 def test_the_budget_page_says_from_which_budget_a_schedule_is_not_separable(tmp_path):
     from skipdecode.experiments.sweeps.budget import write_budget
     from skipdecode.experiments.sweeps.table import RESULT_COLUMNS, csv_text

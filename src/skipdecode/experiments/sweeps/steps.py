@@ -92,6 +92,16 @@ def step_export(train_dir: Path, step: int) -> Path:
     return Path(export_checkpoint(ckpt, out))
 
 
+def reused_step_export(train_dir: Path, step: int) -> Path | None:
+    """The export after ``step`` steps for a cell whose evaluation is reused: None where its
+    weights were not kept (a cell restored from published results has its record, not its
+    checkpoints, and needs none)."""
+    have = (train_dir / f"export-step{step}" / "config.json").is_file() or (
+        train_dir / STEP_DIR / f"step-{step}.ckpt"
+    ).is_file()
+    return step_export(train_dir, step) if have else None
+
+
 def with_steps(columns: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> list[Any]:
     """``columns`` with ``train_steps`` after the schedule where any row was evaluated at a
     training step (``sweep.eval_step``); other tables keep their columns."""

@@ -41,7 +41,13 @@ from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity
 from .labels import cell_labels, eval_id, eval_schedule
-from .steps import check_eval_step, eval_step, step_checkpoint_callback, step_export
+from .steps import (
+    check_eval_step,
+    eval_step,
+    reused_step_export,
+    step_checkpoint_callback,
+    step_export,
+)
 from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
 
 log = logging.getLogger(__name__)
@@ -197,7 +203,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
                 log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
                 export = _find_export(cell_dir / "train")
                 if eval_step(c) is not None:
-                    export = step_export(cell_dir / "train", eval_step(c))
+                    export = reused_step_export(cell_dir / "train", eval_step(c))
                 train_summary = read_json_or_none(cell_dir / TRAIN_DONE) or {}
                 train_reused = eval_reused = True
             else:
