@@ -76,9 +76,8 @@ def _key(row: dict[str, Any], names: tuple[str, ...] = _GROUP) -> tuple[str, ...
 def _check_cells(folder: Path, cells: ScoredCells) -> dict[str, dict[str, str]]:
     """Each finished cell's ROUGE-L and BERTScore (``cells.csv``) against its outputs; returns
     the published rows by job."""
-    scored = cells.of(folder)
-    published = {r["job"]: r for r in cells.rows[folder.resolve()]}  # as cells.csv prints them
-    for cell in scored:
+    published = {r["job"]: r for r in cells.published(folder)}
+    for cell in cells.of(folder):
         where, shown = f"{folder.name}/cells.csv job {cell['job']}", published[cell["job"]]
         cells.found.compare(where, "rougeL (from its outputs)", shown.get("rougeL"), cell["rougeL"])
         if "bertscore_f1" in cell["per_input"]:

@@ -100,13 +100,17 @@ class ScoredCells:
         max only)."""
         self.found, self.rows, self.read, self.conventions = found, {}, {}, conventions
 
-    def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
-        """``folder``'s finished cells (of ``schedules`` only, where given)."""
+    def published(self, folder: Path) -> list[dict[str, str]]:
+        """``folder``'s finished ``cells.csv`` rows as the file prints them (read once)."""
         if folder.resolve() not in self.rows:
             ok = [r for r in csv_rows(folder / "cells.csv") if r.get("status") == "ok"]
             self.rows[folder.resolve()] = ok
+        return self.rows[folder.resolve()]
+
+    def of(self, folder: Path, schedules: set[str] | None = None) -> list[dict[str, Any]]:
+        """``folder``'s finished cells (of ``schedules`` only, where given)."""
         out = []
-        for row in self.rows[folder.resolve()]:
+        for row in self.published(folder):
             if schedules is not None and row["schedule"] not in schedules:
                 continue
             key = (folder.resolve(), row["job"])

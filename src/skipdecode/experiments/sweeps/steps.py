@@ -76,14 +76,18 @@ def step_checkpoint_callback(c: Mapping[str, Any], train_dir: Path) -> dict[str,
     }
 
 
+def _step_files(train_dir: Path, step: int) -> tuple[Path, Path]:
+    """The export directory and the kept checkpoint of the model after ``step`` steps."""
+    return train_dir / f"export-step{step}", train_dir / STEP_DIR / f"step-{step}.ckpt"
+
+
 def step_export(train_dir: Path, step: int) -> Path:
     """The export of the model after ``step`` steps (written from its checkpoint on first use)."""
     from ...training.export import export_checkpoint
 
-    out = train_dir / f"export-step{step}"
+    out, ckpt = _step_files(train_dir, step)
     if (out / "config.json").is_file():
         return out
-    ckpt = train_dir / STEP_DIR / f"step-{step}.ckpt"
     if not ckpt.is_file():
         raise FileNotFoundError(
             f"{ckpt} does not exist: the cell was trained without sweep.keep_steps holding "
@@ -96,10 +100,9 @@ def reused_step_export(train_dir: Path, step: int) -> Path | None:
     """The export after ``step`` steps for a cell whose evaluation is reused: None where its
     weights were not kept (a cell restored from published results has its record, not its
     checkpoints, and needs none)."""
-    have = (train_dir / f"export-step{step}" / "config.json").is_file() or (
-        train_dir / STEP_DIR / f"step-{step}.ckpt"
-    ).is_file()
-    return step_export(train_dir, step) if have else None
+    out, ckpt = _step_files(train_dir, step)
+    kept = (out / "config.json").is_file() or ckpt.is_file()
+    return step_export(train_dir, step) if kept else None
 
 
 def with_steps(columns: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> list[Any]:
