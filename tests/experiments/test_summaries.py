@@ -99,9 +99,16 @@ def test_tiny_scitldr_sweep_scores_every_reference_and_the_long_prompt_speed(tmp
 
 
 def _cell(
-    folder: Path, job: int, schedule: str, seed: int, outputs: list[str], dataset: str = "scitldr"
+    folder: Path,
+    job: int,
+    schedule: str,
+    seed: int,
+    outputs: list[str],
+    dataset: str = "scitldr",
+    steps: int | None = None,
 ) -> None:
-    """A finished SciTLDR (or ``dataset``) cell as a published sweep holds it."""
+    """A finished SciTLDR (or ``dataset``) cell as a published sweep holds it (evaluated after
+    ``steps`` fine-tuning steps, where given)."""
     refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
     rows = [
         {"index": i, "input": f"abstract {i}", "references": refs[i], "output": out, "scores": {}}
@@ -127,6 +134,7 @@ def _cell(
         "method": "full" if schedule == "full" else "skipdecode",
         "target_speedup": 1.0 if schedule == "full" else 2.0,
         "seed": seed,
+        **({"train_steps": steps} if steps is not None else {}),
     }
     write_published_cell(folder / str(job), rows, record, cell)
 
@@ -179,6 +187,62 @@ def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):
     assert "| 1.80x | 2.00x |" in md and "3.00x" not in md
     assert "| RL max: decided | BERT-F: decided |" in md
     assert rows["target_2x"]["rougeL_max_decided"] in {"lower", "higher", "undecided"}
+
+
+def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_max(tmp_path):
+    """A budget folder on SciTLDR: a schedule's cells after each number of steps are set
+    against full's after as many (never full's at another step), the budget page reads
+    SciTLDR's ROUGE-L max from ``summaries.csv``, and ``make audit`` recomputes both pages and
+    catches a budget number changed by hand."""
+    from skipdecode.evaluation.metrics.text import bleu, rouge
+    from skipdecode.experiments.recompute.budget import check_budget
+    from skipdecode.experiments.recompute.summaries import check_summaries
+    from skipdecode.experiments.sweeps.budget import write_budget
+    from skipdecode.experiments.sweeps.steps import with_steps
+    from skipdecode.experiments.sweeps.table import COLUMNS, collect, csv_text
+
+    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
+    outputs = {
+        ("full", 1): ["we propose a fast parser", "a study of the loss"],
+        ("full", 2): ["we propose a new model for parsing", "a study of loss"],
+        ("target_2x", 1): ["a new model", "a study"],
+        ("target_2x", 2): ["we propose a new parser", "a study of loss"],
+    }
+    folder, job = tmp_path / "results" / "scitldr_budget", 0
+    for seed in (1, 2):
+        for (schedule, steps), out in outputs.items():
+            _cell(folder, job, schedule, seed, out, steps=steps)
+            record = json.loads((folder / str(job) / "record.json").read_text())
+            record["summary"]["bleu"] = bleu(out, refs)["score"]  # as the evaluation counts it
+            (folder / str(job) / "record.json").write_text(json.dumps(record))
+            job += 1
+    cells = collect(folder)
+    (folder / "cells.csv").write_text(csv_text(cells, with_steps(COLUMNS, cells)))
+    write_summaries(folder)
+    paths = write_budget(folder, plot=False)
+
+    def rl_max(out: list[str]) -> float:
+        scored = rouge(out, refs, types=("rouge1", "rougeL"), per_example=True)
+        return sum(scored["per_example"]["rougeL_max"]["f"]) / len(out)
+
+    budget = {r["train_steps"]: r for r in csv.DictReader(paths["csv"].open())}
+    assert set(budget) == {"1", "2"} and {r["metric"] for r in budget.values()} == {"ROUGE-L max"}
+    for steps in (1, 2):
+        delta = 100 * (rl_max(outputs[("target_2x", steps)]) - rl_max(outputs[("full", steps)]))
+        other = 100 * (rl_max(outputs[("target_2x", steps)]) - rl_max(outputs[("full", 3 - steps)]))
+        assert float(budget[str(steps)]["delta"]) == pytest.approx(delta, abs=1e-9) != other
+        assert budget[str(steps)]["delta_seeds"] == "1 2"
+    assert "| target_2x | skipdecode | 2 | 1 2 |" in (folder / "summaries.md").read_text()
+    assert "from the folder's `summaries.csv`" in paths["md"].read_text()
+
+    for check in (check_summaries, check_budget):
+        found = check(folder.parent)
+        assert found.differences == [] and found.checked > 10, found.differences
+    rows = list(csv.DictReader(paths["csv"].open()))
+    rows[1]["delta"] = str(float(rows[1]["delta"]) + 0.5)
+    paths["csv"].write_text(csv_text(rows, list(rows[0])))
+    assert any("budget.csv target_2x 2" in d and "delta" in d
+               for d in check_budget(folder.parent).differences)  # fmt: skip
 
 
 def test_decided_needs_every_interval_to_exclude_zero():

@@ -1,13 +1,15 @@
 """Every fine-tuning-budget page (``budget.csv``, ``budget.md``) recomputed from its folder's
-``results.csv``.
+table of stepped rows.
 
-Own reading: the metric is BLEU where any row evaluated at a training step has a BLEU mean, else
-ROUGE-L (shown x 100). Per row of a schedule other than full evaluated at a step: full's mean at
+Own reading: the table and metric are SciTLDR's ROUGE-L *max* from ``summaries.csv`` where its
+rows evaluated at a training step have it (which :mod:`.summaries` recomputes from the
+generations), else BLEU from ``results.csv`` where those rows have a BLEU mean, else its ROUGE-L
+(ROUGE shown x 100). Per row of a schedule other than full evaluated at a step: full's mean at
 the same step, the row's mean, its difference from full with the seeds x inputs interval and the
-per-seed t-interval (``results.csv``'s, which :mod:`.deltas` recomputes from the generations),
-and decided: every interval there excludes 0. Per schedule, the page's sentence: not separable
-at any budget; still separable at its largest; or not separable from the first budget after the
-last decided one. ``budget.md``'s table at its printed digits, every row once.
+per-seed t-interval (the table's, which :mod:`.deltas` or :mod:`.summaries` recompute from the
+generations), and decided: every interval there excludes 0. Per schedule, the page's sentence:
+not separable at any budget; still separable at its largest; or not separable from the first
+budget after the last decided one. ``budget.md``'s table at its printed digits, every row once.
 """
 
 from __future__ import annotations
@@ -20,15 +22,30 @@ from .findings import Findings, check_rows, csv_rows, tables_of
 
 __all__ = ["check_budget"]
 
-_METRICS = {"bleu": ("BLEU", 1.0), "rougeL": ("ROUGE-L per-type max", 100.0)}
+#: (table, metric, its mean's column, label, scale), the first with stepped rows that have it.
+_SOURCES = (
+    ("summaries.csv", "rougeL_max", "rougeL_max", "ROUGE-L max", 100.0),
+    ("results.csv", "bleu", "bleu_mean", "BLEU", 1.0),
+    ("results.csv", "rougeL", "rougeL_mean", "ROUGE-L per-type max", 100.0),
+)
 _FIELDS = ("full", "value", "delta", "delta_ci95_low", "delta_ci95_high",
            "delta_seed_ci95_low", "delta_seed_ci95_high")  # fmt: skip
 
 
-def _expected(results: list[dict[str, str]]) -> list[dict[str, Any]]:
-    stepped = [r for r in results if num(r.get("train_steps")) is not None]
-    metric = "bleu" if any(num(r.get("bleu_mean")) is not None for r in stepped) else "rougeL"
-    label, scale = _METRICS[metric]
+def _stepped(folder: Path, table: str) -> list[dict[str, str]]:
+    rows = csv_rows(folder / table) if (folder / table).is_file() else []
+    return [r for r in rows if num(r.get("train_steps")) is not None]
+
+
+def _expected(folder: Path) -> list[dict[str, Any]]:
+    source = next(
+        (s for s in _SOURCES if any(num(r.get(s[2])) is not None for r in _stepped(folder, s[0]))),
+        None,
+    )
+    if source is None:
+        return []
+    table, metric, mean, label, scale = source
+    stepped = _stepped(folder, table)
 
     def scaled(row: dict[str, str] | None, key: str) -> float | None:
         value = num((row or {}).get(key))
@@ -41,8 +58,8 @@ def _expected(results: list[dict[str, str]]) -> list[dict[str, Any]]:
         if r.get("schedule") == "full" or num(r.get(f"{metric}_delta")) is None:
             continue
         row = {"schedule": r["schedule"], "train_steps": steps, "metric": label,
-               "delta_seeds": r.get("delta_seeds") or "", "full": scaled(full.get(steps), f"{metric}_mean"),
-               "value": scaled(r, f"{metric}_mean"), "delta": scaled(r, f"{metric}_delta")}  # fmt: skip
+               "delta_seeds": r.get("delta_seeds") or "", "full": scaled(full.get(steps), mean),
+               "value": scaled(r, mean), "delta": scaled(r, f"{metric}_delta")}  # fmt: skip
         for kind in ("", "_seed"):
             for bound in ("low", "high"):
                 key = f"delta{kind}_ci95_{bound}"
@@ -72,14 +89,14 @@ def _sentence(rows: list[dict[str, Any]]) -> str:
 
 
 def _check_folder(folder: Path, found: Findings) -> None:
-    expected = _expected(csv_rows(folder / "results.csv"))
+    expected = _expected(folder)
     where = f"{folder.name}/budget"
     published = csv_rows(folder / "budget.csv")
     by_key = {(r["schedule"], r["train_steps"]): r for r in published}
     if len(by_key) != len(published) or set(by_key) != {
         (r["schedule"], str(r["train_steps"])) for r in expected
     }:
-        found.differences.append(f"{where}.csv: its rows are not the results table's stepped rows")
+        found.differences.append(f"{where}.csv: its rows are not its table's stepped rows")
         return
     for row in expected:
         shown = by_key[(row["schedule"], str(row["train_steps"]))]
@@ -115,7 +132,7 @@ def _check_folder(folder: Path, found: Findings) -> None:
 
 
 def check_budget(results: Path) -> Findings:
-    """Every folder's budget page from its ``results.csv``."""
+    """Every folder's budget page from its table of stepped rows."""
     found = Findings("fine-tuning-budget pages from results tables")
     for page in sorted(results.glob("*/budget.csv")):
         _check_folder(page.parent, found)

@@ -170,14 +170,17 @@ def _check_extractive(folder: Path, cells: ScoredCells) -> None:
 
 def _baseline(folder: Path, kind: str, rows: list[dict[str, str]], cells: ScoredCells) -> Any:
     """A function from a page row to the cells its differences are taken against: full of the
-    same dataset and model (``summaries.csv``), or the per-schedule folder's cells of the
-    schedule the row names (a one-model page; that folder beside this one)."""
+    same dataset and model, evaluated after as many fine-tuning steps (``summaries.csv``), or
+    the per-schedule folder's cells of the schedule the row names (a one-model page; that folder
+    beside this one)."""
     if kind == "summaries.csv":
+        same = ("dataset", "model", "train_steps")
         return lambda row: [
             c
             for c in cells.of(folder)
             if row.get("method") != "full"
-            and (c["method"], c["dataset"], c["model"]) == ("full", row["dataset"], row["model"])
+            and c["method"] == "full"
+            and all((c.get(k) or "") == (row.get(k) or "") for k in same)
         ]
     return lambda row: [
         c

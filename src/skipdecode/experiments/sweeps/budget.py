@@ -1,8 +1,10 @@
 """How much fine-tuning a schedule needs: its quality difference from ``full`` against the
 training steps both were evaluated at (a sweep with ``sweep.eval_step``, :mod:`.steps`).
 
-From a results folder's ``results.csv`` (one row per schedule and ``train_steps``, each paired
-with ``full`` at the same steps over the seeds both have): a table per schedule of the metric,
+From a results folder's table of one row per schedule and ``train_steps``, each paired with
+``full`` at the same steps over the seeds both have (:data:`SOURCES`: ``summaries.csv``'s ROUGE-L
+in SciTLDR's *max* convention for a summarization folder, else ``results.csv``'s BLEU, else its
+ROUGE-L per-type max): a table per schedule of the metric,
 Δ against full with its two-level bootstrap interval (seeds x inputs) and, with two or more
 paired seeds, the t-interval over per-seed differences; whether the difference is decided (every
 interval excludes 0); and the smallest budget from which it is not decided at any larger one.
@@ -21,30 +23,38 @@ from typing import Any
 
 from ...io import write_text_atomic
 from .plots import save_figure
-from .summaries import markdown_table
+from .summaries import SUMMARIES_CSV, markdown_table
 from .table import TABLE_CSV, csv_text, num, page_command
 
-__all__ = ["budget_rows", "write_budget"]
+__all__ = ["SOURCES", "budget_rows", "stepped_rows", "write_budget"]
 
-#: The metrics a budget page reads from results.csv, with their page labels and scales.
-METRICS = {"bleu": ("BLEU", 1.0), "rougeL": ("ROUGE-L per-type max", 100.0)}
+#: Where a budget page reads its metric, the first that has stepped rows with it: (table, metric,
+#: the column of its mean, page label, scale).
+SOURCES = (
+    (SUMMARIES_CSV, "rougeL_max", "rougeL_max", "ROUGE-L max", 100.0),
+    (TABLE_CSV, "bleu", "bleu_mean", "BLEU", 1.0),
+    (TABLE_CSV, "rougeL", "rougeL_mean", "ROUGE-L per-type max", 100.0),
+)
 COLUMNS = ("schedule", "train_steps", "seeds", "delta_seeds", "metric", "full", "value",
            "delta", "delta_ci95_low", "delta_ci95_high", "delta_seed_ci95_low",
            "delta_seed_ci95_high", "decided")  # fmt: skip
 
 
-def _metric(rows: Sequence[Mapping[str, Any]]) -> str:
-    """BLEU where the rows have it, else ROUGE-L (summarization)."""
-    return "bleu" if any(num(r.get("bleu_mean")) is not None for r in rows) else "rougeL"
+def stepped_rows(folder: Path) -> tuple[list[dict[str, Any]], tuple] | None:
+    """The rows evaluated at a training step of the folder's first :data:`SOURCES` table that
+    has them with its metric, and that source (None: no such rows)."""
+    for source in SOURCES:
+        table = folder / source[0]
+        rows = list(csv.DictReader(table.open())) if table.is_file() else []
+        stepped = [r for r in rows if num(r.get("train_steps")) is not None]
+        if any(num(r.get(source[2])) is not None for r in stepped):
+            return stepped, source
+    return None
 
 
-def budget_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def budget_rows(stepped: Sequence[Mapping[str, Any]], source: tuple) -> list[dict[str, Any]]:
     """One row per (schedule other than full, steps), on the page's scale, ordered by both."""
-    stepped = [r for r in results if num(r.get("train_steps")) is not None]
-    if not stepped:
-        return []
-    metric = _metric(stepped)
-    scale = METRICS[metric][1]
+    _, metric, mean, label, scale = source
     full = {int(num(r["train_steps"])): r for r in stepped if r.get("schedule") == "full"}
     out = []
     for r in stepped:
@@ -63,9 +73,9 @@ def budget_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "schedule": r["schedule"], "train_steps": steps, "seeds": r.get("seeds"),
-                "delta_seeds": r.get("delta_seeds"), "metric": METRICS[metric][0],
-                "full": scaled(f"{metric}_mean", full.get(steps, {})),
-                "value": scaled(f"{metric}_mean"), "delta": scaled(f"{metric}_delta"),
+                "delta_seeds": r.get("delta_seeds"), "metric": label,
+                "full": scaled(mean, full.get(steps, {})),
+                "value": scaled(mean), "delta": scaled(f"{metric}_delta"),
                 "delta_ci95_low": bounds[0], "delta_ci95_high": bounds[1],
                 "delta_seed_ci95_low": seed[0], "delta_seed_ci95_high": seed[1],
                 "decided": decided,
@@ -116,11 +126,9 @@ def write_budget(folder: Path, plot: bool = True) -> dict[str, Path] | None:
     """The folder's budget page, CSV and (with ``plot``) plot; None where no row has
     ``train_steps``. ``make docs`` leaves the published plot as it is (a PNG's bytes depend on
     the plotting library's version)."""
-    table = folder / TABLE_CSV
-    if not table.is_file():
-        return None
-    rows = budget_rows(list(csv.DictReader(table.open())))
-    if not rows:
+    found = stepped_rows(folder)
+    rows = budget_rows(*found) if found else []
+    if not found or not rows:
         return None
 
     def text(value: Any) -> str:
@@ -142,7 +150,7 @@ def write_budget(folder: Path, plot: bool = True) -> dict[str, Path] | None:
         "# How much fine-tuning each schedule needs",
         "",
         f"Written by `python -m skipdecode.experiments.sweeps.budget {folder.as_posix()}` from "
-        "the folder's results table; do not edit. Every row: the schedule's model and the full "
+        f"the folder's `{found[1][0]}`; do not edit. Every row: the schedule's model and the full "
         "model, each evaluated as it was after that many fine-tuning steps (one training run "
         "per schedule, `sweep.eval_step`), paired over the seeds both have. Decided: every "
         "interval excludes 0.",

@@ -202,10 +202,11 @@ def summary_rows(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[m] = mean_ci95([c.get(m) for c in members])
         for m in SPEED:
             row[m] = mean_ci95_every([c.get(m) for c in members])
+        same = ("dataset", "model", "train_steps")  # full as trained for as many steps
         full = {
             str(c.get("seed")): c
             for c in cells
-            if c.get("method") == "full" and (c.get("dataset"), c.get("model")) == key[:2]
+            if c.get("method") == "full" and all(c.get(k) == row[k] for k in same)
         }
         if key[3] != "full" and full:
             row.update(paired_deltas(members, full))
@@ -310,7 +311,8 @@ def deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> lis
 
 
 def format_summaries(rows: Sequence[Mapping[str, Any]]) -> str:
-    label = ["model", "schedule", "method", "seeds"]
+    stepped = any(r.get("train_steps") not in (None, "") for r in rows)
+    label = ["model", "schedule", "method", *(["train_steps"] if stepped else []), "seeds"]
     quality = markdown_table(
         [*label, *(LABELS[m] for m in QUALITY)],
         [
