@@ -133,7 +133,7 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
     rerun([jobs[0]], sweeps=sweeps, say=lambda _: None)  # alike: nothing to refuse
 
 
-def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timings(tmp_path):
+def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timings(tmp_path, capsys):
     speeds = {
         "10": {"measured_speedup_decode": 2.1, "baseline": {"schedule": "full"}},
         "3": {"measured_speedup_decode": 1.9, "baseline": {"schedule": "full"}},
@@ -147,3 +147,9 @@ def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timing
         (job / "record.json").write_text(json.dumps({"speed": speed}))
     folder = tmp_path / "results" / "scitldr"
     assert rerun_module.pending(tmp_path / "results") == {folder: [folder / "3", folder / "10"]}
+    for name in ("3", "4", "10"):  # sweep jobs; 4 keeps its raw timings
+        (folder / name / "cell.json").write_text("{}")
+    rerun_module.main(["--pending", str(tmp_path / "results")])
+    said = capsys.readouterr().out.splitlines()
+    assert said[1] == f"  python -m skipdecode.experiments.sweeps.rerun {folder}/3 {folder}/10"
+    assert said[2].endswith(f"rerun {folder}/3 {folder}/4 {folder}/10)")  # where refused

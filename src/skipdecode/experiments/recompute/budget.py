@@ -133,7 +133,7 @@ def _check_folder(folder: Path, found: Findings) -> None:
 
 def check_budget(results: Path) -> Findings:
     """Every folder's budget page from its table of stepped rows."""
-    found = Findings("fine-tuning-budget pages from results tables")
+    found = Findings("fine-tuning-budget pages from their tables")
     for page in sorted(results.glob("*/budget.csv")):
         _check_folder(page.parent, found)
     return found

@@ -228,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{folder}: {len(jobs)} without raw timings: {' '.join(j.name for j in jobs)}")
             if all((j / CELL_FILE).is_file() for j in jobs):
                 print(f"  python -m skipdecode.experiments.sweeps.rerun {' '.join(map(str, jobs))}")
+                every = sorted((c.parent for c in folder.glob(f"*/{CELL_FILE}")), key=_natural)
+                if every != jobs:  # refused where the code changed since: the whole folder
+                    print(
+                        "  (where their outputs differ now, every job of the folder: python -m "
+                        f"skipdecode.experiments.sweeps.rerun {' '.join(map(str, every))})"
+                    )
             else:
                 print(
                     f"  (no {CELL_FILE}: not a sweep's job; rerun with the command its page names)"
