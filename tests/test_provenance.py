@@ -37,6 +37,7 @@ def test_provenance_fields():
     assert set(prov["git"]) == {"commit", "dirty", "branch", "root"} | extra
     dev = prov["device"]
     assert dev["torch_threads"] == torch.get_num_threads()
+    assert dev["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # kernels' ISA
     assert dev["cuda_available"] == torch.cuda.is_available()
     assert isinstance(dev["device"], str | None)
     ts = dt.datetime.fromisoformat(prov["timestamp_utc"].replace("Z", "+00:00"))

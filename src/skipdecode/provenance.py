@@ -219,6 +219,9 @@ def _device_info() -> dict[str, Any]:
     except ImportError:
         info.update(torch_threads=None, cuda_available=False, cuda_devices=[])
         return info
+    # the instruction set torch's CPU kernels run (AVX512, AVX2, ...): two CPUs that differ in it
+    # round otherwise, and a training run carries that into other weights
+    info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     info["torch_threads"] = torch.get_num_threads()
     info["torch_interop_threads"] = torch.get_num_interop_threads()
     info["cuda_available"] = torch.cuda.is_available()

@@ -88,9 +88,12 @@ def test_a_rerun_of_another_cell_is_not_published_and_a_finished_one_is_not_run_
     assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
 
 
-def _generations(folder: Path, outputs: list[str], gzipped: bool = False) -> None:
+def _generations(
+    folder: Path, outputs: list[str], gzipped: bool = False, device: dict | None = None
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "record.json").write_text(json.dumps({"files": {"generations": "generations.jsonl"}}))
+    record = {"files": {"generations": "generations.jsonl"}, "provenance": {"device": device}}
+    (folder / "record.json").write_text(json.dumps(record))
     lines = "".join(json.dumps({"index": i, "output": o}) + "\n" for i, o in enumerate(outputs))
     if gzipped:
         with gzip.open(folder / "generations.jsonl.gz", "wt", encoding="utf-8") as f:
@@ -104,11 +107,13 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
 ):
     jobs = [_job(tmp_path, "1"), _job(tmp_path, "2", overrides=[*CELL["overrides"][:2], "seed=3"])]
     sweeps = tmp_path / "sweep"
+    xeon = {"cpu": "Intel(R) Xeon(R) Processor"}  # written before the kernels' ISA was kept
     for job in jobs:
-        _generations(job, ["a", "b", "c"], gzipped=True)
+        _generations(job, ["a", "b", "c"], gzipped=True, device=xeon)
     evaluated = tmp_path / "cells"
-    _generations(evaluated / "1", ["a", "b", "c"])  # job 1's rerun writes the same outputs
-    _generations(evaluated / "2", ["a", "x", "c"])  # job 2's writes one otherwise
+    _generations(evaluated / "1", ["a", "b", "c"], device=xeon)  # the same outputs
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX512"}
+    _generations(evaluated / "2", ["a", "x", "c"], device=epyc)  # one otherwise, another CPU
     for job in jobs:
         cell = sweeps / f"rerun_scitldr_{job.name}" / "0" / "cell.json"
         cell.parent.mkdir(parents=True)
@@ -120,7 +125,8 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
         "run",
         lambda cmd, check: ran.append(cmd[2]) or subprocess.CompletedProcess(cmd, 0),
     )
-    with pytest.raises(RerunError, match=r"scitldr/2: 1 of 3 outputs differ: the code"):
+    differ = r"scitldr/2: 1 of 3 outputs differ \(published from Intel\(R\) Xeon\(R\) Processor, "
+    with pytest.raises(RerunError, match=differ + r"rerun on AMD EPYC \(AVX512\)\): the code"):
         rerun([jobs[1]], sweeps=sweeps, say=lambda _: None)
     assert ran == []  # nothing published
     said = []

@@ -8,9 +8,10 @@ each published job this runs the sweep command its ``cell.json`` recorded (its o
 the sweep name ``rerun_<folder>_<job>`` with ``sweep.reuse=false`` (no checkpoint resumed, no
 evaluation restored), checks that the rerun is the cell it replaces (the same cell id: the same
 training config) and writes the outputs it published (where the code that trains or decodes a
-cell changed since, the same config can write other text: such a rerun is published only beside
-a rerun of every job of its folder, so one table never mixes two codes, or with
-``--outputs-may-differ``), publishes the reruns into their folder with ``--update`` (each replaces the
+cell changed since, or the CPU did, the same config can write other text: another CPU's kernels
+round otherwise and training carries that into other weights; such a rerun is published only
+beside a rerun of every job of its folder, so one table never mixes two codes, or with
+``--outputs-may-differ``; the refusal names both CPUs where they differ), publishes the reruns into their folder with ``--update`` (each replaces the
 job of the same model, dataset, schedule and seed; publishing's dirty and busy checks apply) and
 rewrites every generated page (``make docs``). A job whose rerun already finished is not run
 again, so an interrupted command resumes where it stopped::
@@ -134,15 +135,26 @@ def _outputs(record: Path) -> list | None:
     return None if found is None else [row.get("output") for row in found[0]]
 
 
+def _machine(record: Path) -> str:
+    """The CPU a record ran on, with the instruction set of torch's kernels where it says."""
+    device = ((read_json_or_none(record) or {}).get("provenance") or {}).get("device") or {}
+    cpu, isa = device.get("cpu") or "an unrecorded CPU", device.get("cpu_capability")
+    return f"{cpu} ({isa})" if isa else str(cpu)
+
+
 def _changed_outputs(run: Rerun, cell: dict) -> str | None:
-    """How many of the published job's outputs its rerun writes otherwise (None: all alike, or
-    nothing to compare)."""
+    """How many of the published job's outputs its rerun writes otherwise, and on which CPUs
+    both ran where they differ (None: all alike, or nothing to compare)."""
     published = _outputs(run.job / RECORD_FILE)
     again = _outputs(Path(cell["record"])) if cell.get("record") else None
     if published is None or again is None:
         return None
     differ = sum(a != b for a, b in zip(published, again)) + abs(len(published) - len(again))
-    return f"{run.job}: {differ} of {len(published)} outputs differ" if differ else None
+    if not differ:
+        return None
+    before, now = _machine(run.job / RECORD_FILE), _machine(Path(cell["record"]))
+    where = f" (published from {before}, rerun on {now})" if before != now else ""
+    return f"{run.job}: {differ} of {len(published)} outputs differ{where}"
 
 
 def _whole(folder: Path, runs: Sequence[Rerun]) -> bool:
@@ -190,8 +202,10 @@ def rerun(
     if partial and not outputs_may_differ:
         raise RerunError(
             "; ".join(partial) + ": the code that trains or decodes them changed since they were "
-            "published, so publishing part of a folder would put two codes in one table; rerun "
-            "every job of the folder (or pass --outputs-may-differ); nothing published"
+            "published, or the CPU did (its kernels round otherwise, and training carries that "
+            "into other weights), so publishing part of a folder would put two codes or two "
+            "machines' weights in one table; rerun every job of the folder (or pass "
+            "--outputs-may-differ); nothing published"
         )
     for _, why in changed:
         if why:
