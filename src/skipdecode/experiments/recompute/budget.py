@@ -32,20 +32,24 @@ _FIELDS = ("full", "value", "delta", "delta_ci95_low", "delta_ci95_high",
            "delta_seed_ci95_low", "delta_seed_ci95_high")  # fmt: skip
 
 
-def _stepped(folder: Path, table: str) -> list[dict[str, str]]:
-    rows = csv_rows(folder / table) if (folder / table).is_file() else []
-    return [r for r in rows if num(r.get("train_steps")) is not None]
+def _source(folder: Path) -> tuple[list[dict[str, str]], tuple] | None:
+    """The stepped rows of the first :data:`_SOURCES` table whose stepped rows have its metric,
+    and that source; each table read once."""
+    read: dict[str, list[dict[str, str]]] = {}
+    for source in _SOURCES:
+        if source[0] not in read:
+            rows = csv_rows(folder / source[0]) if (folder / source[0]).is_file() else []
+            read[source[0]] = [r for r in rows if num(r.get("train_steps")) is not None]
+        if any(num(r.get(source[2])) is not None for r in read[source[0]]):
+            return read[source[0]], source
+    return None
 
 
 def _expected(folder: Path) -> list[dict[str, Any]]:
-    source = next(
-        (s for s in _SOURCES if any(num(r.get(s[2])) is not None for r in _stepped(folder, s[0]))),
-        None,
-    )
-    if source is None:
+    found = _source(folder)
+    if found is None:
         return []
-    table, metric, mean, label, scale = source
-    stepped = _stepped(folder, table)
+    stepped, (_, metric, mean, label, scale) = found
 
     def scaled(row: dict[str, str] | None, key: str) -> float | None:
         value = num((row or {}).get(key))

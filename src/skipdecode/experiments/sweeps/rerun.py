@@ -11,8 +11,9 @@ training config) and writes the outputs it published (where the code that trains
 cell changed since, or the CPU did, the same config can write other text: another CPU's kernels
 round otherwise and training carries that into other weights; such a rerun is published only
 beside a rerun of every job of its folder, so one table never mixes two codes, or with
-``--outputs-may-differ``; the refusal names both CPUs where they differ), publishes the reruns into their folder with ``--update`` (each replaces the
-job of the same model, dataset, schedule and seed; publishing's dirty and busy checks apply) and
+``--outputs-may-differ``; the refusal names both CPUs where they differ), publishes the reruns
+into their folder with ``--update`` (each replaces the job of the same model, dataset, schedule
+and seed; publishing's dirty and busy checks apply) and
 rewrites every generated page (``make docs``). A job whose rerun already finished is not run
 again, so an interrupted command resumes where it stopped::
 
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             if all((j / CELL_FILE).is_file() for j in jobs):
                 print(f"  python -m skipdecode.experiments.sweeps.rerun {' '.join(map(str, jobs))}")
                 every = sorted((c.parent for c in folder.glob(f"*/{CELL_FILE}")), key=_natural)
-                if every != jobs:  # refused where the code changed since: the whole folder
+                if every != jobs:  # refused where code or CPU changed since: the whole folder
                     print(
                         "  (where their outputs differ now, every job of the folder: python -m "
                         f"skipdecode.experiments.sweeps.rerun {' '.join(map(str, every))})"
