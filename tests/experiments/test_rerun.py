@@ -45,6 +45,8 @@ def test_a_rerun_is_the_recorded_command_under_its_own_name_without_reuse(tmp_pa
         "skipdecode.experiments.sweeps.pages",
     ]
     assert lines[1].endswith(f"rerun_scitldr_1 --publish {job.parent} --update")
+    publish_only = rerun([job], dry_run=True, sweeps=tmp_path / "sweep", say=[].append, pages=False)
+    assert [c[2] for c in publish_only] == ["skipdecode.sweep", "skipdecode.aggregate"]
 
 
 @pytest.mark.parametrize(

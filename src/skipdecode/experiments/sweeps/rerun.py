@@ -14,8 +14,8 @@ beside a rerun of every job of its folder, so one table never mixes two codes, o
 ``--outputs-may-differ``; the refusal names both CPUs where they differ), publishes the reruns
 into their folder with ``--update`` (each replaces the job of the same model, dataset, schedule
 and seed; publishing's dirty and busy checks apply) and
-rewrites every generated page (``make docs``). A job whose rerun already finished is not run
-again, so an interrupted command resumes where it stopped::
+rewrites every generated page (``make docs``; ``--no-pages`` leaves that to the end of a chain of
+reruns). A job whose rerun already finished is not run again, so an interrupted command resumes where it stopped::
 
     python -m skipdecode.experiments.sweeps.rerun results/scitldr_smollm2/1 results/scitldr_smollm2/3
     python -m skipdecode.experiments.sweeps.rerun results/e2e_smollm2/e2e_smollm2_seeds-1 --dry-run
@@ -170,8 +170,10 @@ def rerun(
     sweeps: Path = SWEEPS,
     say=print,
     outputs_may_differ: bool = False,
+    pages: bool = True,
 ) -> list[list[str]]:
-    """Rerun, check, publish and rewrite the pages (module doc); returns the commands run (with
+    """Rerun, check, publish and rewrite the pages (module doc; without ``pages``, publish only:
+    a chain of reruns rewrites them once, with ``make docs``); returns the commands run (with
     ``dry_run``, the commands it would run, nothing run)."""
     runs = [plan_rerun(Path(j)) for j in jobs]
     ran: list[list[str]] = []
@@ -214,7 +216,7 @@ def rerun(
     for folder in dict.fromkeys(r.folder for r in runs):
         names = [str(r.sweep_dir(sweeps)) for r in runs if r.folder == folder]
         call("skipdecode.aggregate", *names, "--publish", str(folder), "--update")
-    for results in dict.fromkeys(r.folder.parent for r in runs):
+    for results in dict.fromkeys(r.folder.parent for r in runs) if pages else ():
         call("skipdecode.experiments.sweeps.pages", str(results))
     return ran
 
@@ -237,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         help="publish reruns whose outputs differ from the published ones though other jobs of "
         "their folder are not rerun (two codes in one table)",
     )
+    p.add_argument(
+        "--no-pages",
+        action="store_true",
+        help="publish without rewriting the pages (a chain of reruns rewrites them once at its "
+        "end: make docs)",
+    )
     args = p.parse_args(argv)
     if args.pending is not None:
         for folder, jobs in pending(args.pending).items():
@@ -257,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.jobs:
         p.error("jobs: give published job folders (results/<folder>/<job>), or --pending RESULTS")
     try:
-        rerun(args.jobs, dry_run=args.dry_run, outputs_may_differ=args.outputs_may_differ)
+        rerun(
+            args.jobs,
+            dry_run=args.dry_run,
+            outputs_may_differ=args.outputs_may_differ,
+            pages=not args.no_pages,
+        )
     except RerunError as e:
         p.error(str(e))
     return 0
