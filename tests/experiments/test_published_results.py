@@ -409,6 +409,44 @@ def test_the_provenance_page_sorts_records_by_what_their_diff_holds(tmp_path):
     assert "## Records from commits not in the repository (0)" in page  # no repository here
 
 
+def test_the_provenance_page_counts_the_code_versions_of_each_folders_clean_records(tmp_path):
+    """Commits that change only docs or results are one code version; a change under src is
+    another; outside a repository the version is unknown."""
+    import json
+    import shutil
+    import subprocess
+
+    from skipdecode.experiments.sweeps.audit import audit_page
+
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    commits = []
+    for rel, text in [("src/m.py", "x = 1"), ("docs/d.md", "new words"), ("src/m.py", "x = 2")]:
+        for path, body in {"conf/c.yaml": "a: 1", "pyproject.toml": "[project]", rel: text}.items():
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(body + "\n")
+        subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+        subprocess.run([*git, "commit", "-qm", rel], cwd=tmp_path, check=True)
+        head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True)
+        commits.append(head.stdout.decode().strip())
+    results = tmp_path / "results"
+    for rel, commit, dirty in [
+        ("f/1.json", commits[0], False),
+        ("f/2.json", commits[1], False),  # docs only since commits[0]: the same code
+        ("f/3.json", commits[2], False),
+        ("f/4.json", commits[2], True),  # not clean: not counted
+        ("g/1.json", commits[1], False),
+    ]:
+        (results / rel).parent.mkdir(parents=True, exist_ok=True)
+        prov = {"git": {"commit": commit, "dirty": dirty, "diff": "+x", "diff_scope": "all"}}
+        (results / rel).write_text(json.dumps({"provenance": prov}))
+    page = audit_page(results)
+    section = page.split("## Code versions of each folder's clean records")[1].split("##")[0]
+    assert "| f | 3 | 3 | 2 |" in section and "| g | 1 | 1 | 1 |" in section
+    shutil.rmtree(tmp_path / ".git")
+    assert "| f | 3 | 3 | unknown |" in audit_page(results)
+
+
 @pytest.mark.parametrize("tokenizer", ["here", "absent"])
 def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path, monkeypatch, tokenizer):
     """``make docs`` (experiments.pages) on a copy of the Gemma 3 folder: its tables, reach page

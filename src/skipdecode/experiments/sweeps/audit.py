@@ -8,7 +8,8 @@ new files), can be reproduced from what it holds; one whose diff predates new fi
 records (``metrics.json``) kept under ``results/`` are listed when they hold no provenance. Publishing and the benchmarks refuse to write the latter now
 (:func:`skipdecode.provenance.require_recorded_diff`); this page lists the ones committed before
 that, per results folder, and :func:`mark_pages` puts a mark on each one's own page, so that
-their numbers are read as such.
+their numbers are read as such. It also counts the code versions of each folder's clean records
+(:data:`CODE_PATHS` at their commits): commits that differ only in results and docs are one code.
 
     python -m skipdecode.experiments.sweeps.audit results          # writes results/PROVENANCE.md
     python -m skipdecode.experiments.sweeps.audit results --check  # fails if the page is out of date
@@ -29,7 +30,9 @@ from ...provenance import diff_missing
 __all__ = [
     "AUDIT_PAGE",
     "NO_DIFF_MARK",
+    "CODE_PATHS",
     "audit_page",
+    "code_lookup",
     "commit_lookup",
     "mark_pages",
     "provenance_note",
@@ -38,6 +41,8 @@ __all__ = [
 ]
 
 AUDIT_PAGE = "PROVENANCE.md"
+#: What makes a record's numbers at its commit: the package, its configs and its pinned packages.
+CODE_PATHS = ("src", "conf", "pyproject.toml")
 
 #: The first line of a record's own page (``<stem>.md`` beside ``<stem>.json``) when the record
 #: keeps no diff of the uncommitted changes it was written with.
@@ -98,6 +103,47 @@ def commit_lookup(results: Path) -> Callable[[str], bool]:
     return known
 
 
+def code_lookup(results: Path) -> Callable[[str], str | None]:
+    """A commit's code version: the git object names of its :data:`CODE_PATHS`, joined (``None``
+    for a commit the repository holding ``results`` lacks, or outside a repository)."""
+    root = results.resolve().parent
+    cache: dict[str, str | None] = {}
+
+    def code(commit: str) -> str | None:
+        if commit not in cache:
+            names = [f"{commit}:{path}" for path in CODE_PATHS]
+            found = subprocess.run(
+                ["git", "rev-parse", *names],
+                cwd=root, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            cache[commit] = None if found.returncode else " ".join(found.stdout.split())
+        return cache[commit]
+
+    return code
+
+
+def _code_section(clean: Mapping[str, list[str]], code: Callable[[str], str | None]) -> list[str]:
+    """The page's section on the code versions of each folder's clean records (``clean``: folder
+    -> the commits of its clean records, one per record)."""
+    lines = [
+        "## Code versions of each folder's clean records",
+        "",
+        "A code version is what a commit holds in "
+        + ", ".join(f"`{p}`" for p in CODE_PATHS)
+        + ": commits that differ only in results and docs are one code version, so a folder "
+        "whose clean records share one was made by one code. The CPU can still change a "
+        "cell's outputs; each record names it.",
+        "",
+        "| folder | clean records | commits | code versions |",
+        "|---|---|---|---|",
+    ]
+    for folder, commits in sorted(clean.items()):
+        versions = {code(c) for c in commits}
+        shown = "unknown" if None in versions else len(versions)
+        lines.append(f"| {folder} | {len(commits)} | {len(set(commits))} | {shown} |")
+    return lines
+
+
 def unrecorded_training_runs(results: Path) -> list[Path]:
     """Training records (``metrics.json`` of a run kept under ``results/``) that hold no
     provenance: written before training runs recorded theirs."""
@@ -119,12 +165,15 @@ def audit_page(results: Path, found: Found | None = None) -> str:
     given)."""
     counts: dict[str, list[int]] = {}  # folder -> records per kind (_kind)
     listed: dict[int, list[tuple[str, str | None]]] = {2: [], 3: [], 4: []}
+    clean: dict[str, list[str]] = {}  # folder -> the commit of each clean record
     known = commit_lookup(results)
     for path, prov in records(results) if found is None else found:
         rel = path.relative_to(results)
         folder = rel.parts[0] if len(rel.parts) > 1 else "."
         kind = _kind(prov, known)
         counts.setdefault(folder, [0, 0, 0, 0, 0])[kind] += 1
+        if kind == 0 and (prov.get("git") or {}).get("commit"):
+            clean.setdefault(folder, []).append(str(prov["git"]["commit"]))
         if kind in listed:
             listed[kind].append((rel.as_posix(), (prov.get("git") or {}).get("commit")))
     training = [p.relative_to(results).as_posix() for p in unrecorded_training_runs(results)]
@@ -147,6 +196,8 @@ def audit_page(results: Path, found: Found | None = None) -> str:
             f"| {f} | {c[0]} | {c[1]} | {c[2]} | {c[3]} | {c[4]} |"
             for f, c in sorted(counts.items())
         ),
+        "",
+        *_code_section(clean, code_lookup(results)),
         "",
         f"## Records whose diff lacks the files the run added ({len(listed[2])})",
         "",
