@@ -161,3 +161,35 @@ def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timing
     said = capsys.readouterr().out.splitlines()
     assert said[1] == f"  python -m skipdecode.experiments.sweeps.rerun {folder}/3 {folder}/10"
     assert said[2].endswith(f"rerun {folder}/3 {folder}/4 {folder}/10)")  # where refused
+
+
+def test_pending_lists_benchmarks_timed_without_their_raw_seconds_with_their_commands(tmp_path):
+    from skipdecode.experiments.sweeps.rerun import bench_command, pending_benchmarks
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    argv = ["/w/src/skipdecode/bench.py", "--shapes", "tiny", "--name", "x y"]
+    cpu = {"cpu": "AMD EPYC", "cuda_devices": []}
+
+    def write(name, variants, device=cpu):
+        prov = {"argv": argv, "device": device}
+        record = {"cells": [{"variants": variants}], "provenance": prov}
+        (bench / f"{name}.json").write_text(json.dumps(record))
+
+    write("kept", {"a": {"decode_ms_per_step": 1.0, "raw": {}}, "b": {"prefill_ms": 2.0}})
+    write("decode", {"a": {"decode_ms_per_step": 1.0}, "b": {"ms_per_round": 3.0}})
+    write("train", {"full": {"step_ms": 5.0, "step_s_per_repeat": [0.005]}, "2x": {"step_ms": 3}})
+    gpu = {"cuda_devices": [{"name": "NVIDIA H200"}]}
+    write(
+        "lossless",
+        {"full": {"decode_s": 1.0, "decode_s_per_repeat": [1.0]}, "k": {"decode_s": 2}},
+        gpu,
+    )
+    listed = {p.stem: (n, device) for p, n, device, _ in pending_benchmarks(tmp_path)}
+    assert listed == {
+        "decode": (2, "AMD EPYC"),
+        "train": (1, "AMD EPYC"),
+        "lossless": (1, "NVIDIA H200"),
+    }
+    assert bench_command(argv) == "python -m skipdecode.bench --shapes tiny --name 'x y'"
+    assert bench_command(["/w/studies/s.py", "--n", "1"]) == "python /w/studies/s.py --n 1"

@@ -23,7 +23,10 @@ reruns). A job whose rerun already finished is not run again, so an interrupted 
 ``--pending`` lists, folder by folder, the published jobs whose record publishes a measured
 speedup without the raw timings it comes from (what ``make audit`` counts as not recomputable),
 each folder's rerun command beside them; a folder whose rerun must be whole (its code changed
-since) is rerun with every job::
+since) is rerun with every job. It then lists the benchmark records (``results/bench/``) whose
+variants are timed without the seconds they come from, with the device each ran on and the
+command it ran (a benchmark is rerun by running that command again, on a quiet machine of the
+same kind)::
 
     python -m skipdecode.experiments.sweeps.rerun --pending results
 """
@@ -45,7 +48,15 @@ from ...io import read_json_or_none
 from .cell_outputs import cell_generations
 from .table import CELL_FILE
 
-__all__ = ["Rerun", "RerunError", "pending", "plan_rerun", "rerun"]
+__all__ = [
+    "Rerun",
+    "RerunError",
+    "bench_command",
+    "pending",
+    "pending_benchmarks",
+    "plan_rerun",
+    "rerun",
+]
 
 SWEEPS = Path("outputs/sweep")
 
@@ -121,6 +132,49 @@ def pending(results: Path) -> dict[Path, list[Path]]:
         record = read_json_or_none(path)
         if record is not None and _lacks_raw_timings(record):
             found.setdefault(path.parent.parent, []).append(path.parent)
+    return found
+
+
+#: A timed figure of a benchmark variant, and the raw seconds it is derived from.
+_TIMED = (("decode_ms_per_step", "raw"), ("ms_per_round", "raw"), ("step_ms", "step_s_per_repeat"),
+          ("decode_s", "decode_s_per_repeat"))  # fmt: skip
+
+
+def _variants_without_raw(record: dict) -> int:
+    """How many of a benchmark record's variants time something without the seconds it comes
+    from (decode: raw timings; training steps and lossless decodes: each repeat's seconds)."""
+    count = 0
+    for cell in record.get("cells") or []:
+        variants = cell.get("variants") if isinstance(cell, dict) else None
+        for v in variants.values() if isinstance(variants, dict) else ():
+            count += any(figure in v and raw not in v for figure, raw in _TIMED)
+    return count
+
+
+def bench_command(argv: Sequence[str]) -> str:
+    """The command a benchmark record's ``argv`` ran, as ``python -m <module> ...`` where its
+    script is a module of the package (else ``python <script> ...``, as recorded)."""
+    script, *args = argv
+    module = re.search(r"(?:^|/)src/(skipdecode/.+)\.py$", script)
+    head = ["-m", module.group(1).replace("/", ".")] if module else [script]
+    return shlex.join(["python", *head, *args])
+
+
+def pending_benchmarks(results: Path) -> list[tuple[Path, int, str, str]]:
+    """The benchmark records under ``results/bench`` with variants timed without their raw
+    seconds: (record, how many variants, the device it ran on, the command it ran)."""
+    found = []
+    for path in sorted((results / "bench").glob("*.json"), key=_natural):
+        record = read_json_or_none(path)
+        if not isinstance(record, dict) or not isinstance(record.get("provenance"), dict):
+            continue
+        missing = _variants_without_raw(record)
+        if missing:
+            prov = record["provenance"]
+            gpus = (prov.get("device") or {}).get("cuda_devices") or []
+            device = gpus[0].get("name") if gpus else (prov.get("device") or {}).get("cpu")
+            argv = prov.get("argv") or ["(not recorded)"]
+            found.append((path, missing, str(device), bench_command(argv)))
     return found
 
 
@@ -261,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  (no {CELL_FILE}: not a sweep's job; rerun with the command its page names)"
                 )
+        for path, missing, device, command in pending_benchmarks(args.pending):
+            print(f"{path}: {missing} variants without raw seconds, measured on {device}")
+            print(f"  {command}")
         return 0
     if not args.jobs:
         p.error("jobs: give published job folders (results/<folder>/<job>), or --pending RESULTS")
