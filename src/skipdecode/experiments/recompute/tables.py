@@ -1,7 +1,9 @@
 """A results folder's tables recomputed from its records, with arithmetic of its own.
 
 ``cells.csv``: each finished cell's quality and speed columns are its record's summary figures
-(``<job>/record.json``), its measured speedups those of :func:`.speeds.published`.
+(``<job>/record.json``), its measured speedups those of :func:`.speeds.published`, its training
+seconds its ``cell.json``'s and its evaluation seconds its record's ``timing_s`` summed; and
+``cells.md``'s line of the folder's hours from those files.
 ``results.csv``: each row's seed count, the mean over its finished cells of every quality and
 speed column (a speed's only where every cell has it), and the 95% t-interval of each quality
 mean (``mean +- t(0.975, n - 1) x sd / sqrt(n)``, the quantiles below), from ``cells.csv``.
@@ -77,8 +79,41 @@ def mean_interval_every(values: list[float | None]) -> tuple[float | None, ...]:
     return mean_interval([v for v in values if v is not None])
 
 
-def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
+def _cell_hours(folder: Path, cells: list[dict[str, str]]) -> tuple[float, float]:
+    """Hours of training (each ``cell.json``'s ``train_seconds``) and of evaluation (each
+    record's ``timing_s``, summed) over the table's cells, read from their files."""
+    train = evaluation = 0.0
     for cell in cells:
+        kept = folder / cell["job"] / "cell.json"
+        if kept.is_file():
+            train += json.loads(kept.read_text(encoding="utf-8")).get("train_seconds") or 0.0
+        path = folder / cell["job"] / "record.json"
+        if cell.get("status") == "ok" and path.is_file():
+            timing = json.loads(path.read_text(encoding="utf-8")).get("timing_s") or {}
+            evaluation += sum(timing.values())
+    return train / 3600, evaluation / 3600
+
+
+def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
+    hours = _cell_hours(folder, cells)
+    where = f"{folder.name}/cells.md"
+    page = (
+        (folder / "cells.md").read_text(encoding="utf-8") if (folder / "cells.md").is_file() else ""
+    )
+    unit, scale, digits = ("min", 60, 0) if max(hours) < 2 else ("h", 3600, 1)  # under 2 h: min
+    train, evaluation = (f"{h * 3600 / scale:.{digits}f} {unit}" for h in hours)
+    line = f"Its cells took {train} of training and {evaluation} of evaluation."
+    found.compare(where, f"the line {line!r} printed", line in page or not any(hours), True)
+    for cell in cells:
+        kept = folder / cell["job"] / "cell.json"
+        if kept.is_file():
+            train = json.loads(kept.read_text(encoding="utf-8")).get("train_seconds")
+            found.compare(
+                f"{folder.name}/cells.csv job {cell['job']}",
+                "train_seconds",
+                cell.get("train_seconds"),
+                train,
+            )
         if cell.get("status") != "ok":
             continue
         path = folder / cell["job"] / "record.json"
@@ -86,6 +121,13 @@ def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> 
             found.skip("cells whose record is not in the folder")
             continue
         record = json.loads(path.read_text(encoding="utf-8"))
+        timing = sum((record.get("timing_s") or {}).values()) or None
+        found.compare(
+            f"{folder.name}/cells.csv job {cell['job']}",
+            "eval_seconds",
+            cell.get("eval_seconds"),
+            timing,
+        )
         summary = {**(record.get("summary") or {}), **published(record)}
         for column, key in CELL_COLUMNS:
             if key in summary:

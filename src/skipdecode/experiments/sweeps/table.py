@@ -31,19 +31,9 @@ from .cell_outputs import cell_output_stats
 from .steps import with_steps
 
 __all__ = [
-    "COLUMNS",
-    "RESULT_COLUMNS",
-    "CELL_FILE",
-    "row_order",
-    "PLAN_FILE",
-    "collect",
-    "csv_text",
-    "format_markdown",
-    "format_results_markdown",
-    "page_command",
-    "write_tables",
-    "num",
-]
+    "COLUMNS", "RESULT_COLUMNS", "CELL_FILE", "row_order", "PLAN_FILE", "collect", "csv_text",
+    "format_markdown", "format_results_markdown", "page_command", "write_tables", "num",
+]  # fmt: skip
 
 CELL_FILE = "cell.json"
 PLAN_FILE = "plan.json"
@@ -83,6 +73,8 @@ COLUMNS: tuple[str, ...] = (
     "mean_generated_length",
     "acceptance_rate",
     *OUTPUT_STATS,
+    "train_seconds",  # the cell's training, wall seconds (cell.json)
+    "eval_seconds",  # its evaluation: generation with its timed baseline, then scoring
     "job",
     "cell_id",
     "error",
@@ -137,29 +129,22 @@ _MD_HEADERS = {
     "distinct_outputs": "distinct",
     "capped_share": "capped",
     "repeat_4gram": "rep. 4-grams",
+    "train_seconds": "train s",
+    "eval_seconds": "eval s",
 }
 _MD_SKIP = ("cell_id", "record", "speedup_source")
+
+
+#: What a cell's row copies from its cell.json.
+_CELL_KEYS = ("status", "dataset", "model", "schedule", "method", "target_speedup", "seed",
+              "cell_id", "error", "train_steps", "train_seconds")  # fmt: skip
 
 
 def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {k: None for k in COLUMNS}
     row.update(
         job=job,
-        **{
-            k: cell.get(k)
-            for k in (
-                "status",
-                "dataset",
-                "model",
-                "schedule",
-                "method",
-                "target_speedup",
-                "seed",
-                "cell_id",
-                "error",
-                "train_steps",
-            )
-        },
+        **{k: cell.get(k) for k in _CELL_KEYS},
     )
     if row["status"] == "running":
         row["status"] = "interrupted"  # no process finished it (or it is still running)
@@ -176,6 +161,7 @@ def _row_from_cell(job: str, cell: Mapping[str, Any]) -> dict[str, Any]:
                 if key in summary:
                     row[key] = summary[key]
             row.update(published_speedups(record.get("speed") or {}))  # one definition
+            row["eval_seconds"] = sum((record.get("timing_s") or {}).values()) or None
             row["record"] = str(cell.get("record"))
             row["no_diff"] = diff_missing(record.get("provenance"))
             row.update(cell_output_stats(cell, record))
@@ -249,7 +235,7 @@ def format_value(key: str, value: Any) -> str:
             return f"{value:.2f}" if key != "tokens_per_second" else f"{value:.1f}"
         if "speedup" in key:
             return f"{value:.2f}x"
-        return f"{value:.4f}"
+        return f"{value:.0f}" if key.endswith("_seconds") else f"{value:.4f}"
     return str(value).replace("|", "\\|")
 
 
@@ -261,7 +247,15 @@ def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     ]
     for row in rows:
         lines.append("| " + " | ".join(format_value(c, row.get(c)) for c in cols) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _time_line(rows)) + "\n"
+
+
+def _time_line(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The line under the cell table: what its cells took (in minutes under two hours)."""
+    spent = [sum(num(r.get(c)) or 0.0 for r in rows) for c in ("train_seconds", "eval_seconds")]
+    scale, unit, digits = (60, "min", 0) if max(spent) < 7200 else (3600, "h", 1)
+    train, evaluation = (f"{s / scale:.{digits}f} {unit}" for s in spent)
+    return ["", f"Its cells took {train} of training and {evaluation} of evaluation."] * any(spent)
 
 
 def interval_text(row: Mapping[str, Any], metric: str, kind: str) -> str:
