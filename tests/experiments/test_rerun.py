@@ -193,3 +193,47 @@ def test_pending_lists_benchmarks_timed_without_their_raw_seconds_with_their_com
     }
     assert bench_command(argv) == "python -m skipdecode.bench --shapes tiny --name 'x y'"
     assert bench_command(["/w/studies/s.py", "--n", "1"]) == "python /w/studies/s.py --n 1"
+
+
+def test_with_commit_each_job_is_published_and_committed_as_it_finishes(tmp_path, monkeypatch):
+    from skipdecode.experiments.sweeps.rerun import rerun_and_commit
+
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "a")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "a@b")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "a")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "a@b")
+    made = [_job(tmp_path, "1"), _job(tmp_path, "2", overrides=[*CELL["overrides"][:2], "seed=3"])]
+    jobs = [job.relative_to(tmp_path) for job in made]  # as a chain names them, from the root
+    real_run = subprocess.run
+    for git in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "published"]):
+        real_run(["git", *git], cwd=tmp_path, check=True)
+    monkeypatch.chdir(tmp_path)
+    sweeps, ran = Path("sweep"), []
+
+    def fake_run(cmd, check=False, **kwargs):
+        if cmd[0] == "git":
+            return real_run(cmd, check=check, **kwargs)
+        ran.append(cmd[2])
+        name = next(a for a in cmd if a.startswith(("sweep.name=", "outputs/", "sweep/")))
+        job = name.rsplit("_", 1)[-1]
+        if cmd[2] == "skipdecode.sweep":  # trains and evaluates the cell under its rerun name
+            cell = sweeps / f"rerun_scitldr_{job}" / "0" / "cell.json"
+            cell.parent.mkdir(parents=True)
+            cell.write_text(json.dumps(CELL))
+        else:  # publishes it into its job folder
+            (Path("results/scitldr") / job / "record.json").write_text("{}")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(rerun_module.subprocess, "run", fake_run)
+    said = []
+    rerun_and_commit(jobs, say=said.append, sweeps=sweeps, pages=False)
+    assert ran == ["skipdecode.sweep", "skipdecode.aggregate"] * 2  # one job after the other
+    log = real_run(["git", "log", "--format=%s"], capture_output=True, text=True).stdout
+    assert log.splitlines() == [
+        f"results/scitldr/{job} trained and evaluated again from a clean commit, raw timings kept "
+        f"(python -m skipdecode.experiments.sweeps.rerun results/scitldr/{job})"
+        for job in (2, 1)
+    ] + ["published"]
+    last = real_run(["git", "show", "--name-only", "--format="], capture_output=True, text=True)
+    assert last.stdout.split() == ["results/scitldr/2/record.json"]
+    assert "# results/scitldr/1: committed" in said

@@ -15,10 +15,13 @@ beside a rerun of every job of its folder, so one table never mixes two codes, o
 into their folder with ``--update`` (each replaces the job of the same model, dataset, schedule
 and seed; publishing's dirty and busy checks apply) and
 rewrites every generated page (``make docs``; ``--no-pages`` leaves that to the end of a chain of
-reruns). A job whose rerun already finished is not run again, so an interrupted command resumes where it stopped::
+reruns). ``--commit`` publishes and commits each job as its rerun finishes, so a long chain that
+stops keeps what it finished. A job whose rerun already finished is not run again, so an
+interrupted command resumes where it stopped::
 
     python -m skipdecode.experiments.sweeps.rerun results/scitldr_smollm2/1 results/scitldr_smollm2/3
     python -m skipdecode.experiments.sweeps.rerun results/e2e_smollm2/e2e_smollm2_seeds-1 --dry-run
+    python -m skipdecode.experiments.sweeps.rerun --commit --no-pages results/e2e_gemma3/{1,2,3}
 
 ``--pending`` lists, folder by folder, the published jobs whose record publishes a measured
 speedup without the raw timings it comes from (what ``make audit`` counts as not recomputable),
@@ -56,6 +59,7 @@ __all__ = [
     "pending_benchmarks",
     "plan_rerun",
     "rerun",
+    "rerun_and_commit",
 ]
 
 SWEEPS = Path("outputs/sweep")
@@ -275,6 +279,33 @@ def rerun(
     return ran
 
 
+def rerun_and_commit(jobs: Sequence[Path], say=print, **options) -> list[list[str]]:
+    """Rerun, check and publish one job at a time, committing each (its folder, and the pages
+    when they are rewritten) as it finishes, so a chain of reruns that stops keeps what it
+    finished; ``options`` as :func:`rerun`'s. A job published alone is not its whole folder, so
+    one whose outputs differ needs ``outputs_may_differ``."""
+    ran: list[list[str]] = []
+    for job in jobs:
+        ran += rerun([job], say=say, **options)
+        if options.get("dry_run"):
+            continue
+        paths = [str(Path(job).parent)] + (
+            ["README.md", "docs"] if options.get("pages", True) else []
+        )
+        message = (
+            f"{job} trained and evaluated again from a clean commit, raw timings kept (python -m "
+            f"skipdecode.experiments.sweeps.rerun {job})"
+        )
+        for git in (["add", "-A", "--", *paths], ["commit", "-q", "-m", message]):
+            done = subprocess.run(["git", *git], capture_output=True, text=True, check=False)
+            if done.returncode and "nothing to commit" not in done.stdout:
+                raise RerunError(
+                    f"{job}: git {git[0]} failed: {done.stderr.strip() or done.stdout.strip()}"
+                )
+        say(f"# {job}: committed")
+    return ran
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -299,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         help="publish without rewriting the pages (a chain of reruns rewrites them once at its "
         "end: make docs)",
     )
+    p.add_argument(
+        "--commit",
+        action="store_true",
+        help="publish each job as its rerun finishes and commit it (a chain that stops keeps what "
+        "it finished; a job whose outputs differ then needs --outputs-may-differ)",
+    )
     args = p.parse_args(argv)
     if args.pending is not None:
         for folder, jobs in pending(args.pending).items():
@@ -322,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.jobs:
         p.error("jobs: give published job folders (results/<folder>/<job>), or --pending RESULTS")
     try:
-        rerun(
+        (rerun_and_commit if args.commit else rerun)(
             args.jobs,
             dry_run=args.dry_run,
             outputs_may_differ=args.outputs_may_differ,
