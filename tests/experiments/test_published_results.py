@@ -339,6 +339,25 @@ def test_benchmarks_refuse_up_front_a_checkout_whose_diff_a_record_cannot_hold(m
     assert bench_tables.started_provenance(parser) is kept
 
 
+def test_the_cell_table_ends_with_what_its_trainings_and_evaluations_took():
+    """Each training counted once (cells evaluated from one trained model share its cell id),
+    minutes under two hours, hours from two; no line where no cell keeps a time."""
+
+    def row(job, cell_id, train, evaluation):
+        return {"job": job, "cell_id": cell_id, "train_seconds": train, "eval_seconds": evaluation}
+
+    shared = [row("0", "a", 3600.0, 60.0), row("1", "a", 3600.0, 90.0)]
+    assert format_markdown(shared).endswith(
+        "\n\nIts 1 training took 60 min and its 2 evaluations 2 min.\n"
+    )
+    apart = [*shared, row("2", "b", 3600.0, None), row("3", None, None, None)]
+    assert format_markdown(apart).endswith(
+        "\n\nIts 2 trainings took 2.0 h and its 2 evaluations 0.0 h.\n"
+    )
+    untimed = format_markdown([row("0", "a", None, None)])
+    assert "Its " not in untimed and untimed.endswith("|\n")
+
+
 def test_the_committed_provenance_page_is_up_to_date():
     from skipdecode.experiments.sweeps.audit import main as audit
 

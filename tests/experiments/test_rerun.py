@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from skipdecode.experiments.sweeps import rerun as rerun_module
+from skipdecode.experiments.sweeps.pending import pending
 from skipdecode.experiments.sweeps.rerun import RerunError, plan_rerun, rerun
 
 CELL = {
@@ -154,7 +155,7 @@ def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timing
         job.mkdir(parents=True)
         (job / "record.json").write_text(json.dumps({"speed": speed}))
     folder = tmp_path / "results" / "scitldr"
-    assert rerun_module.pending(tmp_path / "results") == {folder: [folder / "3", folder / "10"]}
+    assert pending(tmp_path / "results") == {folder: [folder / "3", folder / "10"]}
     for name in ("3", "4", "10"):  # sweep jobs; 4 keeps its raw timings
         (folder / name / "cell.json").write_text("{}")
     rerun_module.main(["--pending", str(tmp_path / "results")])
@@ -164,7 +165,7 @@ def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timing
 
 
 def test_pending_lists_benchmarks_timed_without_their_raw_seconds_with_their_commands(tmp_path):
-    from skipdecode.experiments.sweeps.rerun import bench_command, pending_benchmarks
+    from skipdecode.experiments.sweeps.pending import bench_command, pending_benchmarks
 
     bench = tmp_path / "bench"
     bench.mkdir()
@@ -220,13 +221,18 @@ def test_with_commit_each_job_is_published_and_committed_as_it_finishes(tmp_path
             cell = sweeps / f"rerun_scitldr_{job}" / "0" / "cell.json"
             cell.parent.mkdir(parents=True)
             cell.write_text(json.dumps(CELL))
-        else:  # publishes it into its job folder
+        else:  # publishes it into its job folder, and the tree's pages change with it
             (Path("results/scitldr") / job / "record.json").write_text("{}")
+            Path("results/PROVENANCE.md").write_text(f"job {job}\n")
         return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(rerun_module.subprocess, "run", fake_run)
+    Path("notes.txt").write_text("not the rerun's\n")  # untracked, outside results: left alone
+    with pytest.raises(RerunError, match="in checkout .*, but the code that would rerun it is"):
+        rerun_and_commit(jobs, say=[].append, sweeps=sweeps, pages=False)  # this package's code
+    assert ran == []
     said = []
-    rerun_and_commit(jobs, say=said.append, sweeps=sweeps, pages=False)
+    rerun_and_commit(jobs, say=said.append, sweeps=sweeps, pages=False, code=tmp_path)
     assert ran == ["skipdecode.sweep", "skipdecode.aggregate"] * 2  # one job after the other
     log = real_run(["git", "log", "--format=%s"], capture_output=True, text=True).stdout
     assert log.splitlines() == [
@@ -235,5 +241,10 @@ def test_with_commit_each_job_is_published_and_committed_as_it_finishes(tmp_path
         for job in (2, 1)
     ] + ["published"]
     last = real_run(["git", "show", "--name-only", "--format="], capture_output=True, text=True)
-    assert last.stdout.split() == ["results/scitldr/2/record.json"]
+    assert last.stdout.split() == ["results/PROVENANCE.md", "results/scitldr/2/record.json"]
     assert "# results/scitldr/1: committed" in said
+    status = real_run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert status.split() == ["??", "notes.txt", "??", "sweep/"]
+    said.clear()
+    rerun_and_commit(jobs[1:], say=said.append, sweeps=sweeps, pages=False, code=tmp_path)
+    assert said[-1] == "# results/scitldr/2: nothing new to commit"  # finished, published as is

@@ -37,7 +37,6 @@ same kind)::
 from __future__ import annotations
 
 import argparse
-import re
 import shlex
 import subprocess
 import sys
@@ -46,17 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...evaluation.record import RECORD_FILE
-from ...evaluation.speed import own_baseline
 from ...io import read_json_or_none
 from .cell_outputs import cell_generations
+from .pending import print_pending
 from .table import CELL_FILE
 
 __all__ = [
     "Rerun",
     "RerunError",
-    "bench_command",
-    "pending",
-    "pending_benchmarks",
     "plan_rerun",
     "rerun",
     "rerun_and_commit",
@@ -111,75 +107,6 @@ def plan_rerun(job: Path) -> Rerun:
         )
     kept = tuple(o for o in overrides if not o.startswith(("sweep.name=", "sweep.reuse=")))
     return Rerun(job, str(cell["cell_id"]), kept)
-
-
-def _lacks_raw_timings(record: dict) -> bool:
-    """Whether a record publishes a measured speedup over another schedule without the raw
-    timings it comes from (its own baseline's speedups are 1 by definition)."""
-    speed = record.get("speed") or {}
-    measured = speed.get("measured_speedup_decode") is not None
-    return measured and not speed.get("raw") and not own_baseline(speed)
-
-
-def _natural(path: Path) -> tuple:
-    """Sort key that puts job ``3`` before ``10``."""
-    return tuple(
-        (0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(path))
-    )
-
-
-def pending(results: Path) -> dict[Path, list[Path]]:
-    """The folders under ``results`` (a results tree or one folder) holding an evaluation record
-    that lacks the raw timings of a speedup it publishes, by folder, in natural order."""
-    found: dict[Path, list[Path]] = {}
-    for path in sorted(results.glob(f"**/{RECORD_FILE}"), key=_natural):
-        record = read_json_or_none(path)
-        if record is not None and _lacks_raw_timings(record):
-            found.setdefault(path.parent.parent, []).append(path.parent)
-    return found
-
-
-#: A timed figure of a benchmark variant, and the raw seconds it is derived from.
-_TIMED = (("decode_ms_per_step", "raw"), ("ms_per_round", "raw"), ("step_ms", "step_s_per_repeat"),
-          ("decode_s", "decode_s_per_repeat"))  # fmt: skip
-
-
-def _variants_without_raw(record: dict) -> int:
-    """How many of a benchmark record's variants time something without the seconds it comes
-    from (decode: raw timings; training steps and lossless decodes: each repeat's seconds)."""
-    count = 0
-    for cell in record.get("cells") or []:
-        variants = cell.get("variants") if isinstance(cell, dict) else None
-        for v in variants.values() if isinstance(variants, dict) else ():
-            count += any(figure in v and raw not in v for figure, raw in _TIMED)
-    return count
-
-
-def bench_command(argv: Sequence[str]) -> str:
-    """The command a benchmark record's ``argv`` ran, as ``python -m <module> ...`` where its
-    script is a module of the package (else ``python <script> ...``, as recorded)."""
-    script, *args = argv
-    module = re.search(r"(?:^|/)src/(skipdecode/.+)\.py$", script)
-    head = ["-m", module.group(1).replace("/", ".")] if module else [script]
-    return shlex.join(["python", *head, *args])
-
-
-def pending_benchmarks(results: Path) -> list[tuple[Path, int, str, str]]:
-    """The benchmark records under ``results/bench`` with variants timed without their raw
-    seconds: (record, how many variants, the device it ran on, the command it ran)."""
-    found = []
-    for path in sorted((results / "bench").glob("*.json"), key=_natural):
-        record = read_json_or_none(path)
-        if not isinstance(record, dict) or not isinstance(record.get("provenance"), dict):
-            continue
-        missing = _variants_without_raw(record)
-        if missing:
-            prov = record["provenance"]
-            gpus = (prov.get("device") or {}).get("cuda_devices") or []
-            device = gpus[0].get("name") if gpus else (prov.get("device") or {}).get("cpu")
-            argv = prov.get("argv") or ["(not recorded)"]
-            found.append((path, missing, str(device), bench_command(argv)))
-    return found
 
 
 def _finished(run: Rerun, sweeps: Path) -> dict | None:
@@ -279,29 +206,53 @@ def rerun(
     return ran
 
 
-def rerun_and_commit(jobs: Sequence[Path], say=print, **options) -> list[list[str]]:
-    """Rerun, check and publish one job at a time, committing each (its folder, and the pages
-    when they are rewritten) as it finishes, so a chain of reruns that stops keeps what it
-    finished; ``options`` as :func:`rerun`'s. A job published alone is not its whole folder, so
-    one whose outputs differ needs ``outputs_may_differ``."""
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+    )
+
+
+def _checkout(path: Path) -> Path | None:
+    """The top of the git checkout holding ``path`` (None: in none)."""
+    found = _git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
+    return Path(found.stdout.strip()).resolve() if not found.returncode else None
+
+
+def rerun_and_commit(
+    jobs: Sequence[Path], say=print, code: Path | None = None, **options
+) -> list[list[str]]:
+    """Rerun, check and publish one job at a time, committing each (its results tree, and
+    README and docs when the pages are rewritten) as it finishes, so a chain of reruns that
+    stops keeps what it finished; ``options`` as :func:`rerun`'s. A job published alone is not
+    its whole folder, so one whose outputs differ needs ``outputs_may_differ``. The checkout
+    holding the jobs must be the one whose code runs (``code``: this package's), or its
+    records would name another commit than the one they are committed to."""
     ran: list[list[str]] = []
-    for job in jobs:
+    running = _checkout(code or Path(__file__).resolve().parent)
+    for job in map(Path, jobs):
+        root = _checkout(job)
+        if root is None or root != running:
+            raise RerunError(
+                f"job {str(job)!r}: it is in checkout {root}, but the code that would rerun it is "
+                f"{running}'s; run from the checkout whose code you mean (PYTHONPATH=<it>/src); "
+                "nothing run"
+            )
         ran += rerun([job], say=say, **options)
         if options.get("dry_run"):
             continue
-        paths = [str(Path(job).parent)] + (
-            ["README.md", "docs"] if options.get("pages", True) else []
-        )
+        pages = options.get("pages", True)
+        paths = [job.resolve().parent.parent] + ([root / "README.md", root / "docs"] * pages)
+        _git(root, "add", "-A", "--", *map(str, paths))
+        if not _git(root, "diff", "--cached", "--quiet").returncode:
+            say(f"# {job}: nothing new to commit")
+            continue
         message = (
             f"{job} trained and evaluated again from a clean commit, raw timings kept (python -m "
             f"skipdecode.experiments.sweeps.rerun {job})"
         )
-        for git in (["add", "-A", "--", *paths], ["commit", "-q", "-m", message]):
-            done = subprocess.run(["git", *git], capture_output=True, text=True, check=False)
-            if done.returncode and "nothing to commit" not in done.stdout:
-                raise RerunError(
-                    f"{job}: git {git[0]} failed: {done.stderr.strip() or done.stdout.strip()}"
-                )
+        done = _git(root, "commit", "-q", "-m", message)
+        if done.returncode:
+            raise RerunError(f"{job}: git commit failed: {(done.stderr or done.stdout).strip()}")
         say(f"# {job}: committed")
     return ran
 
@@ -338,23 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.pending is not None:
-        for folder, jobs in pending(args.pending).items():
-            print(f"{folder}: {len(jobs)} without raw timings: {' '.join(j.name for j in jobs)}")
-            if all((j / CELL_FILE).is_file() for j in jobs):
-                print(f"  python -m skipdecode.experiments.sweeps.rerun {' '.join(map(str, jobs))}")
-                every = sorted((c.parent for c in folder.glob(f"*/{CELL_FILE}")), key=_natural)
-                if every != jobs:  # refused where code or CPU changed since: the whole folder
-                    print(
-                        "  (where their outputs differ now, every job of the folder: python -m "
-                        f"skipdecode.experiments.sweeps.rerun {' '.join(map(str, every))})"
-                    )
-            else:
-                print(
-                    f"  (no {CELL_FILE}: not a sweep's job; rerun with the command its page names)"
-                )
-        for path, missing, device, command in pending_benchmarks(args.pending):
-            print(f"{path}: {missing} variants without raw seconds, measured on {device}")
-            print(f"  {command}")
+        if not args.pending.is_dir():
+            p.error(f"--pending: {str(args.pending)!r} is not a directory (a results tree)")
+        print_pending(args.pending)
         return 0
     if not args.jobs:
         p.error("jobs: give published job folders (results/<folder>/<job>), or --pending RESULTS")

@@ -251,11 +251,18 @@ def format_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _time_line(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The line under the cell table: what its cells took (in minutes under two hours)."""
-    spent = [sum(num(r.get(c)) or 0.0 for r in rows) for c in ("train_seconds", "eval_seconds")]
-    scale, unit, digits = (60, "min", 0) if max(spent) < 7200 else (3600, "h", 1)
-    train, evaluation = (f"{s / scale:.{digits}f} {unit}" for s in spent)
-    return ["", f"Its cells took {train} of training and {evaluation} of evaluation."] * any(spent)
+    """The line under the cell table: what its trainings took, each once (cells evaluated from
+    one trained model share its cell id), and its evaluations (minutes under two hours)."""
+    trained = {r.get("cell_id") or r.get("job"): num(r.get("train_seconds")) for r in rows}
+    spent = [[t for t in trained.values() if t], [num(r.get("eval_seconds")) for r in rows]]
+    spent[1] = [e for e in spent[1] if e]
+    if not spent[0] and not spent[1]:
+        return []
+    scale, unit, digits = (60, "min", 0) if max(map(sum, spent)) < 7200 else (3600, "h", 1)
+    (n, train), (m, evaluation) = ((len(s), f"{sum(s) / scale:.{digits}f} {unit}") for s in spent)
+    plural = {1: ""}
+    return ["", f"Its {n} training{plural.get(n, 's')} took {train} and its {m} "
+            f"evaluation{plural.get(m, 's')} {evaluation}."]  # fmt: skip
 
 
 def interval_text(row: Mapping[str, Any], metric: str, kind: str) -> str:

@@ -1,0 +1,114 @@
+"""What the published records lack to be recomputed: the evaluation records that publish a
+measured speedup without the raw timings it comes from, and the benchmark records whose variants
+are timed without their raw seconds (what ``make audit`` skips), with the command that runs each
+again (``python -m skipdecode.experiments.sweeps.rerun --pending results`` prints them)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...evaluation.record import RECORD_FILE
+from ...evaluation.speed import own_baseline
+from ...io import read_json_or_none
+from .table import CELL_FILE
+
+__all__ = [
+    "bench_command", "lacks_raw_timings", "natural_order", "pending", "pending_benchmarks",
+    "print_pending",
+]  # fmt: skip
+
+
+def lacks_raw_timings(record: dict) -> bool:
+    """Whether a record publishes a measured speedup over another schedule without the raw
+    timings it comes from (its own baseline's speedups are 1 by definition)."""
+    speed = record.get("speed") or {}
+    measured = speed.get("measured_speedup_decode") is not None
+    return measured and not speed.get("raw") and not own_baseline(speed)
+
+
+def natural_order(path: Path) -> tuple:
+    """Sort key that puts job ``3`` before ``10``."""
+    return tuple(
+        (0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(path))
+    )
+
+
+def pending(results: Path) -> dict[Path, list[Path]]:
+    """The folders under ``results`` (a results tree or one folder) holding an evaluation record
+    that lacks the raw timings of a speedup it publishes, by folder, in natural order."""
+    found: dict[Path, list[Path]] = {}
+    for path in sorted(results.glob(f"**/{RECORD_FILE}"), key=natural_order):
+        record = read_json_or_none(path)
+        if record is not None and lacks_raw_timings(record):
+            found.setdefault(path.parent.parent, []).append(path.parent)
+    return found
+
+
+#: A timed figure of a benchmark variant, and the raw seconds it is derived from.
+_TIMED = (("decode_ms_per_step", "raw"), ("ms_per_round", "raw"), ("step_ms", "step_s_per_repeat"),
+          ("decode_s", "decode_s_per_repeat"))  # fmt: skip
+
+
+def _variants_without_raw(record: dict) -> int:
+    """How many of a benchmark record's variants time something without the seconds it comes
+    from (decode: raw timings; training steps and lossless decodes: each repeat's seconds)."""
+    count = 0
+    for cell in record.get("cells") or []:
+        variants = cell.get("variants") if isinstance(cell, dict) else None
+        for v in variants.values() if isinstance(variants, dict) else ():
+            count += any(figure in v and raw not in v for figure, raw in _TIMED)
+    return count
+
+
+def bench_command(argv: Sequence[str]) -> str:
+    """The command a benchmark record's ``argv`` ran, as ``python -m <module> ...`` where its
+    script is a module of the package (else ``python <script> ...``, as recorded)."""
+    script, *args = argv
+    module = re.search(r"(?:^|/)src/(skipdecode/.+)\.py$", script)
+    head = ["-m", module.group(1).replace("/", ".")] if module else [script]
+    return shlex.join(["python", *head, *args])
+
+
+def pending_benchmarks(results: Path) -> list[tuple[Path, int, str, str]]:
+    """The benchmark records under ``results/bench`` with variants timed without their raw
+    seconds: (record, how many variants, the device it ran on, the command it ran)."""
+    found = []
+    for path in sorted((results / "bench").glob("*.json"), key=natural_order):
+        record = read_json_or_none(path)
+        if not isinstance(record, dict) or not isinstance(record.get("provenance"), dict):
+            continue
+        missing = _variants_without_raw(record)
+        if missing:
+            prov = record["provenance"]
+            gpus = (prov.get("device") or {}).get("cuda_devices") or []
+            gpu = gpus[0] if isinstance(gpus[0] if gpus else None, dict) else {}
+            device = (
+                gpu.get("name") or (prov.get("device") or {}).get("cpu") or "an unrecorded device"
+            )
+            argv = prov.get("argv") or ["(not recorded)"]
+            found.append((path, missing, str(device), bench_command(argv)))
+    return found
+
+
+def print_pending(results: Path, say=print) -> None:
+    """List what :func:`pending` and :func:`pending_benchmarks` find under ``results``, each
+    folder with the command that reruns its jobs (and, where only part of it is pending, the
+    command for every job: what a rerun whose outputs differ needs)."""
+    for folder, jobs in pending(results).items():
+        say(f"{folder}: {len(jobs)} without raw timings: {' '.join(j.name for j in jobs)}")
+        if all((j / CELL_FILE).is_file() for j in jobs):
+            say(f"  python -m skipdecode.experiments.sweeps.rerun {' '.join(map(str, jobs))}")
+            every = sorted((c.parent for c in folder.glob(f"*/{CELL_FILE}")), key=natural_order)
+            if every != jobs:  # refused where code or CPU changed since: the whole folder
+                say(
+                    "  (where their outputs differ now, every job of the folder: python -m "
+                    f"skipdecode.experiments.sweeps.rerun {' '.join(map(str, every))})"
+                )
+        else:
+            say(f"  (no {CELL_FILE}: not a sweep's job; rerun with the command its page names)")
+    for path, missing, device, command in pending_benchmarks(results):
+        say(f"{path}: {missing} variants without raw seconds, measured on {device}")
+        say(f"  {command}")
