@@ -67,13 +67,13 @@ def test_a_cell_table_that_misreads_its_record_is_caught(folder):
     _edit_csv(cells, 2, "eval_seconds", "2.0")  # not its record's timing_s
     page = folder / "e2e_gemma3" / "cells.md"
     text = page.read_text()
-    assert " of training and " in text
-    page.write_text(text.replace(" of training and ", "0 of training and "))
+    assert "\nIts 7 trainings took " in text  # the folder's time line
+    page.write_text(text.replace(" trainings took ", " trainings took 1"))
     found = _differences(folder)
     assert any("cells.csv job" in d and "bleu" in d for d in found)
     assert any("cells.csv job" in d and "train_seconds '1.0'" in d for d in found)
     assert any("cells.csv job" in d and "eval_seconds '2.0'" in d for d in found)
-    assert any("cells.md" in d and "of training" in d for d in found)
+    assert any("cells.md" in d and "its time line" in d for d in found)
 
 
 def test_a_mean_or_interval_over_seeds_that_does_not_recompute_is_caught(folder):
