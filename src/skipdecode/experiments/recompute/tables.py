@@ -79,21 +79,12 @@ def mean_interval_every(values: list[float | None]) -> tuple[float | None, ...]:
     return mean_interval([v for v in values if v is not None])
 
 
-def _time_line(folder: Path, cells: list[dict[str, str]]) -> str | None:
-    """The line ``cells.md`` must end its table with: the seconds of each training once (each
-    ``cell.json``'s ``train_seconds`` by its ``cell_id``) and of each evaluation (each record's
+def _time_line(trainings: dict[str, float], evaluations: list[float]) -> str | None:
+    """The line ``cells.md`` must end its table with, from the seconds of each training once
+    (``cell.json``'s ``train_seconds`` by its ``cell_id``) and of each evaluation (its record's
     ``timing_s``, summed), in minutes under two hours; None where the files hold no time."""
-    trainings: dict[str, float] = {}
-    evaluations: list[float] = []
-    for cell in cells:
-        kept = folder / cell["job"] / "cell.json"
-        held = json.loads(kept.read_text(encoding="utf-8")) if kept.is_file() else {}
-        trainings[held.get("cell_id") or cell["job"]] = held.get("train_seconds") or 0.0
-        path = folder / cell["job"] / "record.json"
-        if cell.get("status") == "ok" and path.is_file():
-            timing = json.loads(path.read_text(encoding="utf-8")).get("timing_s") or {}
-            evaluations += [sum(timing.values())] if sum(timing.values()) else []
     train = [t for t in trainings.values() if t]
+    evaluations = [e for e in evaluations if e]
     if not train and not evaluations:
         return None
     hours = max(sum(train), sum(evaluations)) / 3600
@@ -105,23 +96,16 @@ def _time_line(folder: Path, cells: list[dict[str, str]]) -> str | None:
 
 
 def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
-    line = _time_line(folder, cells)
-    page = folder / "cells.md"
-    printed = (
-        [t for t in page.read_text(encoding="utf-8").splitlines() if t.startswith("Its ")]
-        if page.is_file()
-        else []
-    )
-    found.compare(f"{folder.name}/cells.md", "its time line", " / ".join(printed), line or "")
+    trainings: dict[str, float] = {}  # each training's seconds once, by cell id
+    evaluations: list[float] = []
     for cell in cells:
+        where = f"{folder.name}/cells.csv job {cell['job']}"
         kept = folder / cell["job"] / "cell.json"
+        held = json.loads(kept.read_text(encoding="utf-8")) if kept.is_file() else {}
+        trainings[held.get("cell_id") or cell["job"]] = held.get("train_seconds") or 0.0
         if kept.is_file():
-            train = json.loads(kept.read_text(encoding="utf-8")).get("train_seconds")
             found.compare(
-                f"{folder.name}/cells.csv job {cell['job']}",
-                "train_seconds",
-                cell.get("train_seconds"),
-                train,
+                where, "train_seconds", cell.get("train_seconds"), held.get("train_seconds")
             )
         if cell.get("status") != "ok":
             continue
@@ -131,21 +115,21 @@ def _check_cells(folder: Path, cells: list[dict[str, str]], found: Findings) -> 
             continue
         record = json.loads(path.read_text(encoding="utf-8"))
         timing = sum((record.get("timing_s") or {}).values()) or None
-        found.compare(
-            f"{folder.name}/cells.csv job {cell['job']}",
-            "eval_seconds",
-            cell.get("eval_seconds"),
-            timing,
-        )
+        evaluations.append(timing or 0.0)
+        found.compare(where, "eval_seconds", cell.get("eval_seconds"), timing)
         summary = {**(record.get("summary") or {}), **published(record)}
         for column, key in CELL_COLUMNS:
             if key in summary:
-                found.compare(
-                    f"{folder.name}/cells.csv job {cell['job']}",
-                    column,
-                    cell.get(column),
-                    summary[key],
-                )
+                found.compare(where, column, cell.get(column), summary[key])
+    page = folder / "cells.md"
+    text = page.read_text(encoding="utf-8") if page.is_file() else ""
+    printed = " / ".join(t for t in text.splitlines() if t.startswith("Its "))
+    found.compare(
+        f"{folder.name}/cells.md",
+        "its time line",
+        printed,
+        _time_line(trainings, evaluations) or "",
+    )
 
 
 def _check_results(folder: Path, cells: list[dict[str, str]], found: Findings) -> None:
