@@ -285,7 +285,7 @@ def test_compiled_plan_graphs_write_the_eager_generations(model_dir, tmp_path):
     texts = {}
     for name, extra in (("eager", []), ("plan", ["eval.compile=true", "eval.compile_graph=plan"])):
         out = tmp_path / name
-        record = evaluate(_cfg(model_dir, out, "eval.limit=4", *lossless, *extra))
+        record = evaluate(_cfg(model_dir, out, "eval.limit=2", *lossless, *extra))
         texts[name] = [json.loads(line)["output"] for line in (out / "generations.jsonl").open()]
         assert record["generation"]["compile_graph"] == ("plan" if extra else "layer")
         assert record["speed"]["compiled"] is bool(extra)

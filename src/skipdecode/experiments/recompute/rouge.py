@@ -11,6 +11,7 @@ common subsequence (counted bit-parallel); F = 2PR / (P + R). Per input: *max*, 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from functools import cache
 
@@ -46,9 +47,17 @@ def _f(matches: int, hypothesis: int, reference: int) -> float:
     return 2 * p * r / (p + r) if p + r > 0 else 0.0
 
 
+@cache
+def _counts(tokens: tuple[str, ...], n: int) -> tuple[Counter, int]:
+    """The n-grams of ``tokens`` with their counts, and how many there are (each text's once:
+    references repeat across outputs and cells, an output across its references)."""
+    grams = ngrams(tokens, n)
+    return grams, sum(grams.values())
+
+
 def _ngram_f(hyp: tuple[str, ...], ref: tuple[str, ...], n: int) -> float:
-    h, r = ngrams(hyp, n), ngrams(ref, n)
-    return _f(sum((h & r).values()), sum(h.values()), sum(r.values()))
+    (h, h_total), (r, r_total) = _counts(hyp, n), _counts(ref, n)
+    return _f(sum((h & r).values()), h_total, r_total)
 
 
 @cache
