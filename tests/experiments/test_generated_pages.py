@@ -120,6 +120,32 @@ def test_gpu_page_states_each_target_and_each_token_mismatch(tmp_path):
     assert (tmp_path / "bench" / "decode-gpu.md").read_text() == page
 
 
+def test_gpu_page_says_which_records_keep_no_repeats_seconds(tmp_path):
+    """A record timed before records kept each repeat's seconds says so where its numbers are
+    printed; one that keeps them for every variant says nothing."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    cells = [_cell(1, 2.0, 3.0, True), _cell(8, 4.0, 3.0, True)]
+    record = {
+        "args": {"cuda_graphs": "True", "device": "cuda", "dtype": "bfloat16", "repeats": "10"},
+        "cells": cells,
+        "provenance": {"git": {"commit": "abc", "dirty": False}, "device": {"device": "GPU"}},
+    }
+    path = bench / "decode-gpu-smollm2-step.json"
+    path.write_text(json.dumps(record))
+    assert "keeps no repeat's seconds for 6 of its 6 variants" in gpu_page(bench)
+    cells[1]["variants"] = {
+        k: {**v, "raw": {"decode_s": [0.1]}} for k, v in cells[1]["variants"].items()
+    }
+    path.write_text(json.dumps(record))
+    assert "keeps no repeat's seconds for 3 of its 6 variants" in gpu_page(bench)
+    cells[0]["variants"] = {
+        k: {**v, "raw": {"decode_s": [0.1]}} for k, v in cells[0]["variants"].items()
+    }
+    path.write_text(json.dumps(record))
+    assert "repeat's seconds" not in gpu_page(bench)
+
+
 def _step_cell(batch: int, ms: dict[str, float], **extra) -> dict:
     variants = {
         name: {"decode_ms_per_step": v, "bandwidth_floor_ms": 1.0} for name, v in ms.items()

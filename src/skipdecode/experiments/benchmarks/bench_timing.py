@@ -8,7 +8,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["cudagraph_skips", "quartiles", "timed", "warm_up", "with_compile"]
+__all__ = [
+    "cudagraph_skips", "quartiles", "timed", "variants_without_raw", "warm_up", "with_compile",
+]  # fmt: skip
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -68,3 +70,19 @@ def warm_up(
             traceback.print_exc()
             del variants[name]
     return warm, failed
+
+
+#: A timed figure of a benchmark variant, and the raw seconds it is derived from.
+_TIMED = (("decode_ms_per_step", "raw"), ("ms_per_round", "raw"), ("step_ms", "step_s_per_repeat"),
+          ("decode_s", "decode_s_per_repeat"))  # fmt: skip
+
+
+def variants_without_raw(record: dict[str, Any]) -> int:
+    """How many of a benchmark record's variants time something without the seconds it comes
+    from (decode: raw timings; training steps and lossless decodes: each repeat's seconds)."""
+    count = 0
+    for cell in record.get("cells") or []:
+        variants = cell.get("variants") if isinstance(cell, dict) else None
+        for v in variants.values() if isinstance(variants, dict) else ():
+            count += any(figure in v and raw not in v for figure, raw in _TIMED)
+    return count

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...io import write_text_atomic
 from .bench_profile import profile_lines
+from .bench_timing import variants_without_raw
 
 __all__ = ["GPU_PAGE", "gpu_page", "readme_table", "write_gpu_page"]
 
@@ -278,6 +279,19 @@ def _step_graph_costs(cells: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _raw_text(record: dict[str, Any]) -> str:
+    """What the record keeps of its timings where some variants lack their repeats' seconds."""
+    missing = variants_without_raw(record)
+    if not missing:
+        return ""
+    every = sum(len(c.get("variants") or {}) for c in record.get("cells") or [])
+    return (
+        f" It keeps no repeat's seconds for {missing} of its {every} variants (timed before"
+        " records kept them): their speedups are ratios of the kept medians, which `make audit`"
+        " checks, and are recomputed from each repeat's time only once its command runs again."
+    )
+
+
 def _record_section(path: Path, record: dict[str, Any]) -> str:
     prov = record.get("provenance") or {}
     git = prov.get("git") or {}
@@ -293,7 +307,7 @@ def _record_section(path: Path, record: dict[str, Any]) -> str:
         f"`{path.name}`: {device}, torch {packages.get('torch')}, transformers "
         f"{packages.get('transformers')}, {args.get('dtype')}, prompt {args.get('prompt_len')}, "
         f"{args.get('new_tokens')} new tokens, median of {args.get('repeats')} timed repeats "
-        f"after two warm-ups; {code}.",
+        f"after two warm-ups; {code}.{_raw_text(record)}",
         "",
     ]
     cells = record["cells"]

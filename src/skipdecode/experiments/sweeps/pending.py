@@ -13,6 +13,7 @@ from pathlib import Path
 from ...evaluation.record import RECORD_FILE
 from ...evaluation.speed import own_baseline
 from ...io import read_json_or_none
+from ..benchmarks.bench_timing import variants_without_raw
 from .table import CELL_FILE
 
 __all__ = [
@@ -47,22 +48,6 @@ def pending(results: Path) -> dict[Path, list[Path]]:
     return found
 
 
-#: A timed figure of a benchmark variant, and the raw seconds it is derived from.
-_TIMED = (("decode_ms_per_step", "raw"), ("ms_per_round", "raw"), ("step_ms", "step_s_per_repeat"),
-          ("decode_s", "decode_s_per_repeat"))  # fmt: skip
-
-
-def _variants_without_raw(record: dict) -> int:
-    """How many of a benchmark record's variants time something without the seconds it comes
-    from (decode: raw timings; training steps and lossless decodes: each repeat's seconds)."""
-    count = 0
-    for cell in record.get("cells") or []:
-        variants = cell.get("variants") if isinstance(cell, dict) else None
-        for v in variants.values() if isinstance(variants, dict) else ():
-            count += any(figure in v and raw not in v for figure, raw in _TIMED)
-    return count
-
-
 def bench_command(argv: Sequence[str]) -> str:
     """The command a benchmark record's ``argv`` ran, as ``python -m <module> ...`` where its
     script is a module of the package (else ``python <script> ...``, as recorded)."""
@@ -80,7 +65,7 @@ def pending_benchmarks(results: Path) -> list[tuple[Path, int, str, str]]:
         record = read_json_or_none(path)
         if not isinstance(record, dict) or not isinstance(record.get("provenance"), dict):
             continue
-        missing = _variants_without_raw(record)
+        missing = variants_without_raw(record)
         if missing:
             prov = record["provenance"]
             gpus = (prov.get("device") or {}).get("cuda_devices") or []
