@@ -424,8 +424,36 @@ def test_the_provenance_page_sorts_records_by_what_their_diff_holds(tmp_path):
     lacks = page.split("## Records whose diff lacks the files the run added (1)")[1]
     assert lacks.split("##")[0].strip() == "- `a/tracked.json` (commit 0123456789ab)"
     assert "## Records without their diff (1)\n\n- `a/lost.json`" in page
-    assert page.rstrip().endswith("- `training/run/metrics.json`")
+    training = page.split("## Training records without provenance (1)")[1].split("##")[0]
+    assert training.rstrip().endswith("- `training/run/metrics.json`")
     assert "## Records from commits not in the repository (0)" in page  # no repository here
+    assert page.rstrip().endswith("None.")  # every speedup recomputes from raw timings
+
+
+def test_the_provenance_page_lists_the_speedups_that_do_not_recompute_from_raw_timings(tmp_path):
+    """An evaluation that publishes a speedup over another schedule without its raw timings, and
+    a benchmark variant timed without its repeats' seconds, are listed; a record that keeps them,
+    or whose baseline is itself, is not."""
+    import json
+
+    from skipdecode.experiments.sweeps.audit import audit_page
+
+    def write(rel, data):
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**data, "provenance": {"device": {"cpu": "a CPU"}}}))
+
+    write("f/1/record.json", {"speed": {"measured_speedup_decode": 2.0}})
+    write("f/2/record.json", {"speed": {"measured_speedup_decode": 2.0, "raw": {"batches": []}}})
+    own = {"measured_speedup_decode": 1.0, "baseline": {"schedule": "self"}}
+    write("f/3/record.json", {"speed": own})
+    variants = {"full": {"decode_ms_per_step": 3.0}, "2x": {"decode_ms_per_step": 2.0, "raw": {}}}
+    write("bench/decode-x.json", {"cells": [{"variants": variants}]})
+    write("bench/decode-y.json", {"cells": [{"variants": {"full": variants["2x"]}}]})
+    section = audit_page(tmp_path).split("## Records whose speedups do not recompute")[1]
+    assert section.startswith(" from raw timings (2)")
+    listed = [line for line in section.splitlines() if line.startswith("- ")]
+    assert listed == ["- `f/1/record.json`", "- `bench/decode-x.json` (1 variant; a CPU)"]
 
 
 def test_the_provenance_page_counts_the_code_versions_of_each_folders_clean_records(tmp_path):

@@ -220,7 +220,9 @@ def audit_page(results: Path, found: Found | None = None) -> str:
         "",
     ]
     lines += [f"- `{p}`" for p in training] or ["None."]
-    return "\n".join(lines) + "\n"
+    from .pending import pending_section  # pending reads the tables, which read this module
+
+    return "\n".join([*lines, "", *pending_section(results)]) + "\n"
 
 
 def _marked(text: str, commit: str) -> str:

@@ -18,7 +18,7 @@ from .table import CELL_FILE
 
 __all__ = [
     "bench_command", "lacks_raw_timings", "natural_order", "pending", "pending_benchmarks",
-    "print_pending",
+    "pending_section", "print_pending",
 ]  # fmt: skip
 
 
@@ -97,3 +97,28 @@ def print_pending(results: Path, say=print) -> None:
     for path, missing, device, command in pending_benchmarks(results):
         say(f"{path}: {missing} variants without raw seconds, measured on {device}")
         say(f"  {command}")
+
+
+def pending_section(results: Path) -> list[str]:
+    """The provenance page's section on what :func:`pending` and :func:`pending_benchmarks` find:
+    each record whose published speedups do not recompute from raw timings."""
+    jobs = [j for found in pending(results).values() for j in found]
+    benchmarks = pending_benchmarks(results)
+    lines = [
+        f"## Records whose speedups do not recompute from raw timings ({len(jobs) + len(benchmarks)})",
+        "",
+        "Timed before records kept each round's or repeat's seconds, their speedups stand as "
+        "measured and `make audit` cannot recompute them from raw timings: an evaluation's "
+        "tables print the median of the decode rounds it kept and no end-to-end speedup, a "
+        "benchmark's pages the ratios of its kept medians (which the audit checks). Each is recomputable once it is timed again "
+        "(`python -m skipdecode.experiments.sweeps.rerun --pending results` prints each "
+        "one's command).",
+        "",
+    ]
+    lines += [f"- `{(j / RECORD_FILE).relative_to(results).as_posix()}`" for j in jobs]
+    lines += [
+        f"- `{path.relative_to(results).as_posix()}` ({missing} variant{'s' * (missing != 1)}; "
+        f"{device})"
+        for path, missing, device, _ in benchmarks
+    ]
+    return lines if jobs or benchmarks else [*lines, "None."]
