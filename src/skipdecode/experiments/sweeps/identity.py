@@ -20,6 +20,7 @@ from typing import Any
 from ...core.options import DEFAULTS
 
 __all__ = [
+    "CELL_FILE",
     "IDENTITY_KEYS",
     "IDENTITY_FILE",
     "cell_identity",
@@ -37,6 +38,9 @@ IDENTITY_KEYS: tuple[str, ...] = ("model", "dataset", "schedule", "trainer", "op
 IDENTITY_KEYS += ("scheduler", "loader", "module", "seed", "ckpt_path")
 #: The identity config, written beside the trained model and published with the cell.
 IDENTITY_FILE = "identity.json"
+#: The file in which a sweep job names its cell (in the sweep's job folder and, published, in the
+#: job's results folder).
+CELL_FILE = "cell.json"
 _FINGERPRINT_PREFIX = "files-sha256:"
 #: identity.json also records what the model is in numbers (``models.loading.model_sizes``: its
 #: real hidden size, vocabulary, parameter count); a record, not part of the cell id (the model

@@ -14,7 +14,7 @@ from ...evaluation.record import RECORD_FILE
 from ...evaluation.speed import own_baseline
 from ...io import read_json_or_none
 from ..benchmarks.bench_timing import variants_without_raw
-from .table import CELL_FILE
+from .identity import CELL_FILE
 
 __all__ = [
     "bench_command", "lacks_raw_timings", "natural_order", "pending", "pending_benchmarks",

@@ -28,6 +28,7 @@ from ...io import read_json_or_none, write_text_atomic
 from ...provenance import diff_missing
 from .audit import provenance_note
 from .cell_outputs import cell_output_stats
+from .identity import CELL_FILE
 from .steps import with_steps
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "format_markdown", "format_results_markdown", "page_command", "write_tables", "num",
 ]  # fmt: skip
 
-CELL_FILE = "cell.json"
 PLAN_FILE = "plan.json"
 #: In a cell's folder: how its training went (``status``, ``seconds``, the export).
 TRAIN_DONE = "train_done.json"
