@@ -26,6 +26,7 @@ from typing import Any
 
 from ...io import write_text_atomic
 from ...provenance import diff_missing
+from .pending import pending_section
 
 __all__ = [
     "AUDIT_PAGE",
@@ -220,8 +221,6 @@ def audit_page(results: Path, found: Found | None = None) -> str:
         "",
     ]
     lines += [f"- `{p}`" for p in training] or ["None."]
-    from .pending import pending_section  # pending reads the tables, which read this module
-
     return "\n".join([*lines, "", *pending_section(results)]) + "\n"
 
 

@@ -104,15 +104,16 @@ def pending_section(results: Path) -> list[str]:
     each record whose published speedups do not recompute from raw timings."""
     jobs = [j for found in pending(results).values() for j in found]
     benchmarks = pending_benchmarks(results)
+    count = len(jobs) + len(benchmarks)
     lines = [
-        f"## Records whose speedups do not recompute from raw timings ({len(jobs) + len(benchmarks)})",
+        f"## Records whose speedups do not recompute from raw timings ({count})",
         "",
         "Timed before records kept each round's or repeat's seconds, their speedups stand as "
         "measured and `make audit` cannot recompute them from raw timings: an evaluation's "
         "tables print the median of the decode rounds it kept and no end-to-end speedup, a "
-        "benchmark's pages the ratios of its kept medians (which the audit checks). Each is recomputable once it is timed again "
-        "(`python -m skipdecode.experiments.sweeps.rerun --pending results` prints each "
-        "one's command).",
+        "benchmark's pages the ratios of its kept medians (which the audit checks). Each is "
+        "recomputable once it is timed again (`python -m skipdecode.experiments.sweeps.rerun "
+        "--pending results` prints each one's command).",
         "",
     ]
     lines += [f"- `{(j / RECORD_FILE).relative_to(results).as_posix()}`" for j in jobs]

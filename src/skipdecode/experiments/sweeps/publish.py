@@ -35,9 +35,9 @@ from typing import Any
 
 from ...io import read_json_or_none, write_json_atomic, write_text_atomic
 from ...provenance import diff_missing
-from .identity import IDENTITY_FILE, identity_hash, portable_identity
+from .identity import CELL_FILE, IDENTITY_FILE, identity_hash, portable_identity
 from .sources import generations_bytes, pack_folder
-from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
+from .table import PLAN_FILE, TRAIN_DONE
 
 __all__ = ["PublishError", "publish", "restore"]
 

@@ -41,7 +41,8 @@ from ...io import read_json_or_none, write_text_atomic
 from ...models.loading import ModelConfigError, load_pretrained_tokenizer, needs_trained_tokenizer
 from ...paths import repo_root
 from ...schedules import build_schedule
-from .table import CELL_FILE, csv_text, row_order
+from .identity import CELL_FILE
+from .table import csv_text, row_order
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from pathlib import Path
 from ...evaluation.record import RECORD_FILE
 from ...io import read_json_or_none
 from .cell_outputs import cell_generations
+from .identity import CELL_FILE
 from .pending import print_pending
-from .table import CELL_FILE
 
 __all__ = [
     "Rerun",

@@ -39,7 +39,7 @@ from ...training.export import export_checkpoint
 from ...training.train import check_cell_context, train
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
-from .identity import IDENTITY_FILE, SIZES_KEY, cell_identity
+from .identity import CELL_FILE, IDENTITY_FILE, SIZES_KEY, cell_identity
 from .labels import cell_labels, eval_id, eval_schedule
 from .steps import (
     check_eval_step,
@@ -48,7 +48,7 @@ from .steps import (
     step_checkpoint_callback,
     step_export,
 )
-from .table import CELL_FILE, PLAN_FILE, TRAIN_DONE
+from .table import PLAN_FILE, TRAIN_DONE
 
 log = logging.getLogger(__name__)
 

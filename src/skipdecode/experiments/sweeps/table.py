@@ -32,7 +32,7 @@ from .identity import CELL_FILE
 from .steps import with_steps
 
 __all__ = [
-    "COLUMNS", "RESULT_COLUMNS", "CELL_FILE", "row_order", "PLAN_FILE", "collect", "csv_text",
+    "COLUMNS", "RESULT_COLUMNS", "row_order", "PLAN_FILE", "collect", "csv_text",
     "format_markdown", "format_results_markdown", "page_command", "write_tables", "num",
 ]  # fmt: skip
 
