@@ -354,7 +354,9 @@ def main(argv: list[str] | None = None) -> None:
         "resumed_questions": resumed,  # answered (and timed) by an earlier, killed run
         "journal_started": journal.started if resumed else None,  # that run's provenance
     }  # fmt: skip
-    write_bench(args.out, args.name, payload, spec_bench_table(rows), started)
+    write_bench(
+        args.out, args.name, payload, spec_bench_table(rows), started, allow_busy=args.allow_busy
+    )
     journal.remove()
 
 

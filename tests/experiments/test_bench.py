@@ -54,6 +54,7 @@ def test_decode_bench_writes_complete_json(tmp_path):
             str(tmp_path),
             "--name",
             "smoke",
+            "--allow-busy",  # a test's machine is shared: pytest runs two workers
         ]
     )
     record = json.loads((tmp_path / "smoke.json").read_text())
@@ -140,6 +141,7 @@ def test_train_bench_writes_complete_json(tmp_path):
             str(tmp_path),
             "--name",
             "train",
+            "--allow-busy",  # a test's machine is shared: pytest runs two workers
         ]
     )
     (cell,) = json.loads((tmp_path / "train.json").read_text())["cells"]
@@ -439,7 +441,8 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
         ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "6",
          "--repeats", "1", "--speedups", "2", "--cuda-graphs", "--no-floor", "--compile",
          "--lossless-ks", "2", "--draft-budget", "4", "--profile",
-         "--no-transformers", "--out", str(tmp_path), "--name", "graphs"]
+         "--no-transformers", "--out", str(tmp_path), "--name", "graphs",
+         "--allow-busy"]
     )  # fmt: skip
     (cell,) = json.loads((tmp_path / "graphs.json").read_text())["cells"]
     rows = cell["variants"]
@@ -517,3 +520,65 @@ def test_bench_lossless_time_per_token_from_the_cpu_acceptance_record(tmp_path):
         3.0 / 2.166, abs=1e-3
     )
     assert "tokens_per_s" not in r and "measured on the CPU" in r["flag"]
+
+
+def test_a_benchmark_timed_on_a_busy_machine_is_named_and_refused_by_the_audit(
+    tmp_path, monkeypatch, capsys
+):
+    """The second cell is timed while other processes use 60% of the CPUs: the run warns, naming
+    the cell, the share and the threshold; the audit refuses the record in results/bench until
+    its run says ``--allow-busy``, and a quiet record passes."""
+    from skipdecode.evaluation import load as load_module
+    from skipdecode.experiments.benchmarks import bench as bench_module
+    from skipdecode.experiments.recompute.bench import check_bench
+
+    shares = iter([0.0, 0.6, 0.0, 0.6, 0.0, 0.1])
+
+    class SharedCpu(load_module.CpuLoad):
+        def __exit__(self, *exc: object) -> None:
+            super().__exit__(*exc)
+            self.result = {**self.result, "measured": True, "other_share": next(shares)}
+
+    monkeypatch.setattr(bench_module, "CpuLoad", SharedCpu)
+    bench = tmp_path / "results" / "bench"
+    argv = [
+        "--shapes", "tiny", "--batch-sizes", "1", "2", "--prompt-len", "4", "--new-tokens", "3",
+        "--repeats", "1", "--speedups", "2", "--no-transformers", "--no-floor",
+        "--out", str(bench), "--name", "decode-busy", "--no-progress",
+    ]  # fmt: skip
+
+    def refusals() -> list[str]:
+        return [d for d in check_bench(tmp_path / "results").differences if "--allow-busy" in d]
+
+    main(argv)
+    assert "warning: 1 cell(s) of decode-busy (tiny batch 2)" in capsys.readouterr().out
+    assert [c["load"]["other_share"] for c in _record(bench)["cells"]] == [0.0, 0.6]
+    (refused,) = refusals()
+    assert "decode-busy.json tiny batch 2: timed while other processes used 60%" in refused
+    main([*argv, "--allow-busy"])
+    assert "warning" not in capsys.readouterr().out
+    assert refusals() == []
+    main(argv)  # quiet: 0% and 10%
+    assert "warning" not in capsys.readouterr().out and refusals() == []
+
+
+def _record(folder: Path) -> dict:
+    return json.loads((folder / "decode-busy.json").read_text())
+
+
+def test_a_peer_whose_decode_timed_at_zero_gives_no_speedups_and_is_flagged():
+    """``generate``'s decode is its whole call less a one-token call; on a tiny model noise can
+    make them equal. That peer gives no speedup (nothing to divide), and the row says why."""
+    from skipdecode.experiments.benchmarks.bench_speedups import derive_speedups
+    from skipdecode.schedules import FullSchedule
+
+    rows = {
+        "transformers-generate": {"decode_ms_per_step": 0.0, "layers_per_token": 8.0},
+        "skipdecode-full": {"decode_ms_per_step": 2.0, "layers_per_token": 8.0},
+    }
+    derive_speedups(rows, {"skipdecode-full": FullSchedule(8)}, {}, 8, True)
+    assert "speedup_vs_transformers_generate" not in rows["skipdecode-full"]
+    assert "no speedups" in rows["transformers-generate"]["flag"]
+    rows["transformers-generate"]["decode_ms_per_step"] = 3.0
+    derive_speedups(rows, {"skipdecode-full": FullSchedule(8)}, {}, 8, True)
+    assert rows["skipdecode-full"]["speedup_vs_transformers_generate"] == 1.5

@@ -15,9 +15,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuLoad"]
+__all__ = ["BUSY_SHARE", "CpuLoad", "timed_busy"]
 
 _STAT = Path("/proc/stat")
+
+#: Other processes' share of the CPUs above which a record's timings are refused for publishing.
+BUSY_SHARE = 0.25
+
+
+def timed_busy(load: dict[str, Any] | None) -> bool:
+    """Whether a :class:`CpuLoad` result says other processes used more than :data:`BUSY_SHARE`
+    of the CPUs while timing (a load not measured is not busy: nothing says it was)."""
+    return bool(load and load.get("measured")) and float(load.get("other_share", 0.0)) > BUSY_SHARE
 
 
 def _busy_seconds() -> float | None:

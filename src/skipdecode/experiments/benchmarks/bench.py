@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     table = decode_table(cells) if args.mode == "decode" else train_table(cells)
     stem = args.name or f"{args.mode}-{args.device}"
     payload = {"mode": args.mode, "args": vars(args), "cells": cells}
-    write_bench(args.out, stem, payload, table, started)
+    write_bench(args.out, stem, payload, table, started, allow_busy=args.allow_busy)
 
 
 if __name__ == "__main__":

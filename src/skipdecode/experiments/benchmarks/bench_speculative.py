@@ -382,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
         cells.append(cell)
         print(speculative_table([cell]), flush=True)
     payload = {"args": vars(args), "cells": cells}
-    write_bench(args.out, args.name, payload, speculative_table(cells), started)
+    table = speculative_table(cells)
+    write_bench(args.out, args.name, payload, table, started, allow_busy=args.allow_busy)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ def derive_speedups(
     own path (eager over eager, compiled over compiled), the ideal from that path's own cost
     split, and the speedup over the optimized peer. A measured speedup above the theoretical
     one, or above the ideal one (efficiency above 1), is flagged. A path timed without a cost
-    split (whole-step graphs: one graph a pass) gets no ideal speedup."""
+    split (whole-step graphs: one graph a pass) gets no ideal speedup. A peer whose decode timed
+    at zero (``generate``'s decode is its whole call less a one-token call, which noise can
+    match on a tiny model) gives no speedups and is flagged."""
     paths: dict[str, dict[str, float] | None] = dict(splits)
     if "skipdecode-full-step" in rows:
         paths["-step"] = None
@@ -57,8 +59,12 @@ def derive_speedups(
         if peer not in rows:
             continue
         t = rows[peer]["decode_ms_per_step"]
+        if not t:  # its whole call timed no longer than its one-token call: no decode to divide
+            note = "decode not timed above zero (its prefill call took as long): no speedups"
+            rows[peer]["flag"] = "; ".join(x for x in (rows[peer].get("flag"), note) if x)
+            continue
         for r in rows.values():
-            if r["decode_ms_per_step"] is not None:
+            if r["decode_ms_per_step"]:  # a row timed at zero has no speedup over anything
                 r[f"speedup_vs_{peer.replace('-', '_')}"] = t / r["decode_ms_per_step"]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ...core.options import DecodeOptions, DecodeOptionsError
+from ...evaluation.load import BUSY_SHARE, timed_busy
 from ...io import write_json_atomic, write_text_atomic
 from ...provenance import ProvenanceError, provenance, require_recorded_diff
 
@@ -30,6 +31,13 @@ def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", type=Path, default=Path("outputs/bench"))
     p.add_argument("--name", default=name, help="file stem for the JSON and Markdown outputs")
+    p.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help=f"publish the record even where other processes used more than {BUSY_SHARE:.0%} "
+        "of the CPUs while a cell was timed (each cell's load says how busy; without it make "
+        "audit refuses such a record in results/)",
+    )
     p.add_argument(
         "--no-progress",
         dest="progress",
@@ -92,11 +100,30 @@ def write_bench(
     table: str,
     started: dict[str, Any] | None = None,
     quiet: bool = False,
+    allow_busy: bool = False,
 ) -> None:
     """``<out>/<stem>.json`` (``payload`` with the arguments as strings and the provenance) and
     ``<out>/<stem>.md`` (``table``); prints the table and where they went. ``started``: the
     provenance taken when the run began (a long run's code is the one it imported then, whatever
-    was committed while it ran); without it, the provenance now. ``quiet``: print nothing."""
+    was committed while it ran); without it, the provenance now. ``quiet``: print nothing.
+
+    A cell timed while other processes used more than :data:`BUSY_SHARE` of the CPUs (its
+    ``load``) is named in a warning unless ``allow_busy``: the record is written, and ``make
+    audit`` refuses it in ``results/`` (its speeds are not the code's alone) unless the run was
+    told ``--allow-busy``."""
+    busy = [
+        c for c in payload.get("cells") or [] if isinstance(c, dict) and timed_busy(c.get("load"))
+    ]
+    if busy and not allow_busy and not quiet:
+        worst = max(c["load"]["other_share"] for c in busy)
+        names = ", ".join(f"{c.get('shape', 'model')} batch {c.get('batch_size')}" for c in busy)
+        print(
+            f"warning: {len(busy)} cell(s) of {stem} ({names}) were timed while other processes "
+            f"used up to {worst:.0%} of the CPUs (load.other_share; a published record allows at "
+            f"most {BUSY_SHARE:.0%}): make audit refuses this record in results/; rerun on a "
+            "quiet machine, or rerun with --allow-busy to publish it as measured",
+            flush=True,
+        )
     out.mkdir(parents=True, exist_ok=True)
     payload = dict(payload)
     payload["args"] = {k: str(v) for k, v in (payload.get("args") or {}).items()}

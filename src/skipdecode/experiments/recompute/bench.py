@@ -13,7 +13,9 @@ at the printed digits, the speedup over the peer the page names (the compiled on
 compiled ``generate``, else eager ``generate``). And every benchmark's own page (``decode-*.md``
 beside its record, and ``where-*.md``): each row's figures, found by shape, batch and variant, are
 its record's at the printed digits, an empty cell where the record has none. A cell's step
-profiles: :mod:`.profile`.
+profiles: :mod:`.profile`. And no benchmark record in ``results/bench/`` has a cell timed while
+other processes used more than the published share of the CPUs (``load.other_share`` above
+:data:`~skipdecode.evaluation.load.BUSY_SHARE`) unless its run was told ``--allow-busy``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...evaluation.load import BUSY_SHARE
 from .findings import Findings, check_rows, heading_block, tables_beside, tables_of
 from .profile import check_profiles
 from .split import path_of
@@ -271,4 +274,23 @@ def check_bench(results: Path) -> Findings:
             _check_page(page, path, record, found)
     for path in sorted((results / "bench").glob("train-*.json")):
         _check_training_bench(path, json.loads(path.read_text(encoding="utf-8")), found)
+    for path in sorted((results / "bench").glob("*.json")):
+        _check_quiet(path, json.loads(path.read_text(encoding="utf-8")), found)
     return found
+
+
+def _check_quiet(path: Path, record: Any, found: Findings) -> None:
+    """A published benchmark's cells were timed on a quiet machine, or its run said
+    ``--allow-busy`` (then each cell's load says how busy)."""
+    cells = record.get("cells") if isinstance(record, dict) else None
+    allowed = str((record.get("args") or {}).get("allow_busy")) == "True" if cells else True
+    for cell in cells if isinstance(cells, list) else ():
+        load = cell.get("load") if isinstance(cell, dict) else None
+        if not isinstance(load, dict) or not load.get("measured"):
+            continue
+        if load["other_share"] > BUSY_SHARE and not allowed:
+            found.differences.append(
+                f"bench/{path.name} {cell.get('shape', 'model')} batch {cell.get('batch_size')}: "
+                f"timed while other processes used {load['other_share']:.0%} of the CPUs, above "
+                f"the {BUSY_SHARE:.0%} a published record allows, and not run with --allow-busy"
+            )

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...evaluation.load import BUSY_SHARE, timed_busy
 from ...io import read_json_or_none, write_json_atomic, write_text_atomic
 from ...provenance import diff_missing
 from .identity import CELL_FILE, IDENTITY_FILE, identity_hash, portable_identity
@@ -172,14 +173,9 @@ def _from_dirty_tree(cell_file: Path, without_diff: bool = False) -> bool:
     return bool((prov.get("git") or {}).get("dirty"))
 
 
-#: Other processes' share of the CPUs above which a record's timings are refused for publishing.
-BUSY_SHARE = 0.25
-
-
 def _timed_on_a_busy_machine(cell_file: Path) -> bool:
     """Whether the job's finished cell (not restored) was timed beside other work."""
-    load = (_new_record(cell_file).get("speed") or {}).get("load") or {}
-    return bool(load.get("measured")) and float(load.get("other_share", 0.0)) > BUSY_SHARE
+    return timed_busy((_new_record(cell_file).get("speed") or {}).get("load"))
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple | None:
