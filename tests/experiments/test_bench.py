@@ -582,3 +582,12 @@ def test_a_peer_whose_decode_timed_at_zero_gives_no_speedups_and_is_flagged():
     rows["transformers-generate"]["decode_ms_per_step"] = 3.0
     derive_speedups(rows, {"skipdecode-full": FullSchedule(8)}, {}, 8, True)
     assert rows["skipdecode-full"]["speedup_vs_transformers_generate"] == 1.5
+
+
+def test_the_benchmarks_help_renders_with_the_busy_threshold():
+    """argparse formats help strings with %: a bare percent sign in one breaks ``--help``."""
+    from skipdecode.experiments.benchmarks.bench_args import bench_parser
+    from skipdecode.experiments.benchmarks.bench_speculative_args import parser
+
+    for p in (bench_parser("decode"), parser("lossless")):
+        assert "more than 25% of the CPUs" in " ".join(p.format_help().split())

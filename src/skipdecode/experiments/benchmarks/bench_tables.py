@@ -34,7 +34,7 @@ def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
     p.add_argument(
         "--allow-busy",
         action="store_true",
-        help=f"publish the record even where other processes used more than {BUSY_SHARE:.0%} "
+        help=f"publish the record even where other processes used more than {BUSY_SHARE:.0%}% "
         "of the CPUs while a cell was timed (each cell's load says how busy; without it make "
         "audit refuses such a record in results/)",
     )
