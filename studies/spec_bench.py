@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
         "vocabulary (default: the export's training data; the tokenizer's first ids without)",
     )  # fmt: skip
     p.add_argument("--compile", action="store_true", help="the compiled decode path")
-    add_run_options(p, name="spec-bench")
+    add_run_options(p, name="spec-bench", load=False)  # no cells timed under a load
     args = p.parse_args(argv)
     started = started_provenance(p)
     for name, values in (("--ks", args.ks), ("--new-tokens", [args.new_tokens])):
@@ -354,9 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         "resumed_questions": resumed,  # answered (and timed) by an earlier, killed run
         "journal_started": journal.started if resumed else None,  # that run's provenance
     }  # fmt: skip
-    write_bench(
-        args.out, args.name, payload, spec_bench_table(rows), started, allow_busy=args.allow_busy
-    )
+    write_bench(args.out, args.name, payload, spec_bench_table(rows), started)
     journal.remove()
 
 

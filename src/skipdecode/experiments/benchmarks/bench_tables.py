@@ -23,21 +23,23 @@ __all__ = [
 ]  # fmt: skip
 
 
-def add_run_options(p: argparse.ArgumentParser, name: str | None) -> None:
+def add_run_options(p: argparse.ArgumentParser, name: str | None, load: bool = True) -> None:
     """Options shared by the benchmarks: dtype, device, whether to time transformers'
-    ``generate``, where the results go (``--out``, ``--name`` defaulting to ``name``), progress."""
+    ``generate``, where the results go (``--out``, ``--name`` defaulting to ``name``), progress;
+    ``load``: the benchmark records each cell's load, so ``--allow-busy`` means something."""
     p.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", type=Path, default=Path("outputs/bench"))
     p.add_argument("--name", default=name, help="file stem for the JSON and Markdown outputs")
-    p.add_argument(
-        "--allow-busy",
-        action="store_true",
-        help=f"publish the record even where other processes used more than {BUSY_SHARE:.0%}% "
-        "of the CPUs while a cell was timed (each cell's load says how busy; without it make "
-        "audit refuses such a record in results/)",
-    )
+    if load:
+        p.add_argument(
+            "--allow-busy",
+            action="store_true",
+            help=f"publish the record even where other processes used more than {BUSY_SHARE:.0%}% "
+            "of the CPUs while a cell was timed (each cell's load says how busy; without it make "
+            "audit refuses such a record in results/)",
+        )
     p.add_argument(
         "--no-progress",
         dest="progress",
