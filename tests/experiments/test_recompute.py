@@ -18,6 +18,7 @@ from skipdecode.experiments.recompute.cli import audit, main
 from skipdecode.experiments.recompute.findings import Findings
 from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
 from skipdecode.experiments.sweeps.audit import write_audit
+from skipdecode.experiments.sweeps.excerpts import table_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
@@ -275,9 +276,9 @@ def test_a_benchmark_page_cell_that_its_record_does_not_print_is_caught(tmp_path
     assert check_bench(results).differences == []
     page = results / "bench" / "decode-smollm2-cpu-compiled.md"
     text = page.read_text()
-    columns = _cells(next(line for line in text.splitlines() if line.startswith("| shape |")))
+    columns = table_cells(next(line for line in text.splitlines() if line.startswith("| shape |")))
     row = next(line for line in text.splitlines() if line.startswith(f"| {_EAGER_GENERATE_B1} |"))
-    cells = _cells(row)
+    cells = table_cells(row)
     assert _row(cells) == row  # the page's own layout, rebuilt
     median, q1, q3 = re.findall(r"[\d.]+", cells[columns.index("decode ms/step [IQR]")])
     assert cells[columns.index("vs compiled generate")] and not cells[columns.index("theor.")]
@@ -397,10 +398,6 @@ def test_a_speed_mean_over_some_of_a_rows_seeds_is_caught(tmp_path):
 #: The eager ``generate`` row at batch 1 of the compiled benchmark's page: its timed figures, its
 #: speedup over compiled ``generate``, and no schedule columns.
 _EAGER_GENERATE_B1 = "smollm2-135m | 1 | transformers-generate"
-
-
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 def _row(cells: list[str]) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...evaluation.load import BUSY_SHARE
+from ...evaluation.load import BUSY_SHARE, timed_busy
 from .findings import Findings, check_rows, heading_block, tables_beside, tables_of
 from .profile import check_profiles
 from .split import path_of
@@ -283,12 +283,11 @@ def _check_quiet(path: Path, record: Any, found: Findings) -> None:
     """A published benchmark's cells were timed on a quiet machine, or its run said
     ``--allow-busy`` (then each cell's load says how busy)."""
     cells = record.get("cells") if isinstance(record, dict) else None
-    allowed = str((record.get("args") or {}).get("allow_busy")) == "True" if cells else True
-    for cell in cells if isinstance(cells, list) else ():
+    if not isinstance(cells, list) or (record.get("args") or {}).get("allow_busy") == "True":
+        return
+    for cell in cells:
         load = cell.get("load") if isinstance(cell, dict) else None
-        if not isinstance(load, dict) or not load.get("measured"):
-            continue
-        if load["other_share"] > BUSY_SHARE and not allowed:
+        if timed_busy(load):
             found.differences.append(
                 f"bench/{path.name} {cell.get('shape', 'model')} batch {cell.get('batch_size')}: "
                 f"timed while other processes used {load['other_share']:.0%} of the CPUs, above "
