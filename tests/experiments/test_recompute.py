@@ -94,6 +94,18 @@ def test_a_record_missing_from_the_provenance_page_is_caught(folder):
     assert _differences(folder) == []
 
 
+def test_a_cell_that_says_it_resumed_a_checkpoint_its_sweep_deleted_is_caught(folder):
+    cell = folder / "e2e_gemma3" / "0" / "cell.json"
+    data = json.loads(cell.read_text())
+    data["train_resumed"] = True  # resumed: allowed while the sweep reused its cells
+    cell.write_text(json.dumps(data))
+    assert _differences(folder) == []
+    data["overrides"] = [*data["overrides"], "sweep.reuse=False"]  # deleted them first
+    cell.write_text(json.dumps(data))
+    found = _differences(folder)
+    assert len(found) == 1 and "0/cell.json: train_resumed is true" in found[0], found
+
+
 def _raw_record(decode: list[float], base: list[float], published: float) -> dict:
     batch = {
         "timed": True, "decode": decode, "base_decode": base,

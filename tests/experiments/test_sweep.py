@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -694,8 +695,15 @@ def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_g
 
     monkeypatch.setattr(sweep_module, "train", fake_train)
     cfg = compose("sweep", ["schedule=target_2x", f"sweep.cells_dir={tmp_path}"])
-    export, _, reused = sweep_module._train(cfg, cell_dir, reuse=False)
+    export, summary, reused = sweep_module._train(cfg, cell_dir, reuse=False)
     assert resumed == [None] and not reused and not last.exists() and export.is_dir()
+    assert summary["resumed"] is False  # its cell.json says trained from the start
+
+    shutil.rmtree(export)  # interrupted: a checkpoint and no export; with reuse it resumes
+    last.parent.mkdir(parents=True, exist_ok=True)
+    last.write_text("this run's weights")
+    _, summary, reused = sweep_module._train(cfg, cell_dir, reuse=True)
+    assert resumed[-1] == "last" and summary["resumed"] is True and not reused
 
     c = {"eval": {"limit": 2}, "dataset": {}, "wandb": {}}
     eval_dir = cell_dir / f"eval-{eval_id(c)}"

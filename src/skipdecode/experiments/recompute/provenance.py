@@ -5,11 +5,13 @@ branch that never landed) passes only while ``results/PROVENANCE.md`` lists it. 
 diff (``diff_scope``) passes when the diff applies to its commit: ``git apply --cached --check``
 on a temporary index read from that commit, so no work tree is touched. One whose diff is partial
 (tracked files only) or missing passes only while ``results/PROVENANCE.md`` is up to date, which
-lists it as such.
+lists it as such. A published cell (``cell.json``) must not say its training resumed from a
+checkpoint when its sweep ran with ``sweep.reuse=false``, which deletes every checkpoint first.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -40,6 +42,14 @@ def diff_applies(root: Path, commit: str, diff: str) -> tuple[bool, str]:
         return applied.returncode == 0, applied.stderr.strip()
 
 
+def _resume_it_forbade(cell: Mapping) -> bool:
+    """Whether a published cell says it resumed a checkpoint that its overrides had deleted."""
+    no_reuse = any(
+        str(o).replace(" ", "").lower() == "sweep.reuse=false" for o in cell.get("overrides") or ()
+    )
+    return bool(cell.get("train_resumed")) and no_reuse
+
+
 def check_provenance(results: Path, root: Path) -> Findings:
     """Every record under ``results`` (any JSON with a provenance)."""
     found = Findings("provenance")
@@ -66,6 +76,13 @@ def check_provenance(results: Path, root: Path) -> Findings:
                 )
             continue
         found.skip("records whose diff is partial or missing (listed on PROVENANCE.md)")
+    for path in sorted(results.rglob("cell.json")):
+        found.checked += 1
+        if _resume_it_forbade(json.loads(path.read_text(encoding="utf-8"))):
+            found.differences.append(
+                f"{path.relative_to(results)}: train_resumed is true, but its sweep ran with "
+                "sweep.reuse=false, which deletes the cell's checkpoints and trains from the start"
+            )
     page = results / AUDIT_PAGE
     found.checked += 1
     if not page.is_file() or page.read_text(encoding="utf-8") != audit_page(results):

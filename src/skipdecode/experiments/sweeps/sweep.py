@@ -90,8 +90,9 @@ def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str
     if not reuse:  # train again from the start: no checkpoint of an earlier run is resumed
         shutil.rmtree(train_dir, ignore_errors=True)
         (cell_dir / TRAIN_DONE).unlink(missing_ok=True)
+    tcfg = _train_cfg(cfg, train_dir)  # after any deletion: what it resumes is what is left
     t0 = time.perf_counter()
-    metrics, objects = train(_train_cfg(cfg, train_dir))
+    metrics, objects = train(tcfg)
     best_ckpt = (objects or {}).get("best_ckpt") if isinstance(objects, Mapping) else objects
     export = _find_export(train_dir)
     if export is None:
@@ -101,6 +102,7 @@ def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str
     summary = {
         "status": "ok",
         "seconds": time.perf_counter() - t0,
+        "resumed": tcfg.get("ckpt_path") is not None,  # an interrupted run's or a named one
         "best_ckpt": str(best_ckpt or ""),
         "metrics": {k: _plain(v) for k, v in (metrics or {}).items()},
         "export": str(export),
@@ -196,7 +198,6 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         # training config, another evaluation) waits, then reuses it
         with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
             write_json_atomic(cell_dir / IDENTITY_FILE, {**ident, SIZES_KEY: _sizes(c)})
-            resumed = (cell_dir / "train" / "checkpoints" / "last.ckpt").is_file()
             record = cell_dir / f"eval-{eval_id(c)}" / RECORD_FILE
             if reuse and read_json_or_none(record):
                 # evaluated before, or restored from published results: the record is the cell
@@ -220,7 +221,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
             record=str(record),
             export=str(export) if export else None,
             train_reused=train_reused,
-            train_resumed=resumed and not train_reused,
+            train_resumed=bool(train_summary.get("resumed")) and not train_reused,
             eval_reused=eval_reused,
             train_seconds=train_summary.get("seconds"),
         )
