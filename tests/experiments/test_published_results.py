@@ -271,6 +271,48 @@ def test_publish_update_keeps_published_cells_a_rerun_did_not_improve(tmp_path):
     assert (out / "0" / "cell.json").read_bytes() == published_cell
 
 
+def test_publish_update_replaces_the_job_of_the_same_steps_and_training(tmp_path):
+    """Jobs alike in model, dataset, schedule and seed (a budget study's checkpoints of one
+    training, recipes trained otherwise) are told apart by their steps and their training
+    config; a new cell that could replace several of them is refused, never matched by chance."""
+    from skipdecode.experiments.sweeps.publish import PublishError
+
+    sweep = make_fake_sweep(tmp_path / "sweep")
+
+    def cell_of(folder: Path, num: int, **change) -> dict:
+        f = folder / str(num) / "cell.json"
+        cell = json.loads(f.read_text()) | change
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(cell))
+        return cell
+
+    # full after 120 and 240 steps of one training (id0); full from two other recipes
+    cell_of(sweep, 0, train_steps=120)
+    cell_of(sweep, 1, schedule="full", train_steps=240, cell_id="id0")
+    cell_of(sweep, 2, schedule="full", cell_id="id7")
+    cell_of(sweep, 3, schedule="full", status="ok", record=cell_of(sweep, 2)["record"])
+    out = publish(sweep, tmp_path / "results" / "fake", aggregate)
+    before = {n: (out / n / "record.json").read_bytes() for n in "0123"}
+
+    rerun = tmp_path / "rerun"
+    records = {n: json.loads((sweep / n / "cell.json").read_text())["record"] for n in "012"}
+    for num, (source, record) in enumerate([("1", records["0"]), ("2", records["1"])]):
+        (rerun / str(num)).mkdir(parents=True)
+        cell = json.loads((sweep / source / "cell.json").read_text()) | {"record": record}
+        (rerun / str(num) / "cell.json").write_text(json.dumps(cell))
+    out = publish(rerun, out, aggregate, update=True)
+    after = {n: (out / n / "record.json").read_bytes() for n in "0123"}
+    assert after["1"] == Path(records["0"]).read_bytes() != before["1"]  # step 240's job
+    assert after["2"] == Path(records["1"]).read_bytes() != before["2"]  # id7's job
+    assert after["0"] == before["0"] and after["3"] == before["3"]  # step 120's, id3's
+
+    (rerun / "1").rename(tmp_path / "kept")
+    cell_of(rerun, 0, train_steps=None, cell_id="id8")  # full, a third recipe: which twin?
+    with pytest.raises(PublishError, match=r"published jobs 2, 3 .* none of them"):
+        publish(rerun, out, aggregate, update=True)
+    assert {n: (out / n / "record.json").read_bytes() for n in "0123"} == after
+
+
 def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path):
     from skipdecode.experiments.sweeps.publish import RESTORED, PublishError
 

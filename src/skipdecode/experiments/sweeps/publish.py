@@ -63,7 +63,8 @@ def publish(
 
     ``update``: start from what ``target`` already publishes (its jobs, their numbers and its
     plan) and replace a published job only by the sweeps' job of the same cell (model,
-    dataset, schedule, seed) that finished (``ok``) with a record other than the published one,
+    dataset, schedule, seed, evaluated steps; among several such jobs, the one of the same
+    training config, ``cell_id``) that finished (``ok``) with a record other than the published one,
     or whose published twin did not finish; a cell not published yet is added under a new
     number, and jobs the sweeps never reached keep their published cells. A rerun that retries
     the failed cells and is cut short then adds what it finished and loses nothing, and a cell
@@ -179,31 +180,53 @@ def _timed_on_a_busy_machine(cell_file: Path) -> bool:
 
 
 def _cell_key(cell: dict[str, Any]) -> tuple | None:
-    """Which cell a job is, whatever its number in its multirun."""
+    """Which cell a job is, whatever its number in its multirun: its model, dataset, schedule,
+    seed and, for a checkpoint evaluated before the end (``sweep.eval_step``), its steps."""
     if cell.get("schedule") is None:
         return None
-    return tuple(cell.get(k) for k in ("model", "dataset", "schedule", "seed"))
+    return tuple(cell.get(k) for k in ("model", "dataset", "schedule", "seed", "train_steps"))
+
+
+def _published_twin(cell: dict[str, Any], twins: Sequence[Path]) -> Path | None:
+    """The published job among ``twins`` (the jobs of ``cell``'s key) that ``cell`` replaces:
+    the one trained from the same config (``cell_id``), else the only one; ``None`` for none.
+    Several twins and none of them its training is a :class:`PublishError`, never a guess."""
+    same = [
+        job for job in twins
+        if (read_json_or_none(job / CELL_FILE) or {}).get("cell_id") == cell.get("cell_id")
+    ]  # fmt: skip
+    if len(same) == 1 or (not same and len(twins) == 1):
+        return (same or twins)[0]
+    if not twins:
+        return None
+    names = ", ".join(sorted(job.name for job in (same or twins)))
+    raise PublishError(
+        f"the new cell {cell.get('schedule')!r} seed {cell.get('seed')} (cell_id "
+        f"{cell.get('cell_id')!r}) matches the published jobs {names} by model, dataset, "
+        f"schedule, seed and steps, and {'each' if same else 'none'} of them by its training "
+        "config: which one it replaces is not decided; publish it into a folder of its own"
+    )
 
 
 def _update(target: Path, cell_files: Sequence[Path], staging: Path) -> None:
     """``staging``: ``target``'s jobs, each replaced by the new job of the same cell when that
     one finished or the published one did not; new cells under numbers after the last."""
     shutil.copytree(target, staging, dirs_exist_ok=True)
-    published: dict[tuple, Path] = {}
-    for job_cell in staging.glob(f"*/{CELL_FILE}"):
+    published: dict[tuple, list[Path]] = {}
+    for job_cell in sorted(staging.glob(f"*/{CELL_FILE}")):
         key = _cell_key(read_json_or_none(job_cell) or {})
         if key is not None:
-            published[key] = job_cell.parent
+            published.setdefault(key, []).append(job_cell.parent)
     numbers = [int(p.name) for p in staging.iterdir() if p.is_dir() and p.name.isdigit()]
     next_number = max(numbers, default=-1) + 1
     for cell_file in cell_files:
         cell = read_json_or_none(cell_file) or {}
         key = _cell_key(cell)
-        job_dir = published.get(key) if key is not None else None
+        job_dir = _published_twin(cell, published.get(key, [])) if key is not None else None
         if job_dir is None:
             job_dir, next_number = staging / str(next_number), next_number + 1
             if key is not None:
-                published[key] = job_dir
+                published.setdefault(key, []).append(job_dir)
         else:
             old = (read_json_or_none(job_dir / CELL_FILE) or {}).get("status")
             if old == "ok" and (cell.get("status") != "ok" or _same_record(cell, job_dir)):

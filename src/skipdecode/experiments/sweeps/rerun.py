@@ -12,8 +12,8 @@ cell changed since, or the CPU did, the same config can write other text: anothe
 round otherwise and training carries that into other weights; such a rerun is published only
 beside a rerun of every job of its folder, so one table never mixes two codes, or with
 ``--outputs-may-differ``; the refusal names both CPUs where they differ), publishes the reruns
-into their folder with ``--update`` (each replaces the job of the same model, dataset, schedule
-and seed; publishing's dirty and busy checks apply) and
+into their folder with ``--update`` (each replaces the job of the same model, dataset, schedule,
+seed, evaluated steps and training config; publishing's dirty and busy checks apply) and
 rewrites every generated page (``make docs``; ``--no-pages`` leaves that to the end of a chain of
 reruns). ``--commit`` publishes and commits each job as its rerun finishes, so a long chain that
 stops keeps what it finished. A job whose rerun already finished is not run again, so an
