@@ -37,6 +37,7 @@ from ...locks import claim_dir
 from ...models.loading import model_sizes
 from ...training.export import export_checkpoint
 from ...training.train import check_cell_context, train
+from .account import final_account, running_account
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import CELL_FILE, IDENTITY_FILE, SIZES_KEY, cell_identity
@@ -170,12 +171,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
     """Train + evaluate one cell; never raises for a cell failure (it is recorded instead)."""
     job_dir = Path(job_dir or _job_dir(cfg))
     job_dir.mkdir(parents=True, exist_ok=True)
-    cell: dict[str, Any] = {
-        "status": "running",
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "job_dir": str(job_dir),
-        "overrides": _task_overrides(),
-    }
+    cell = running_account(job_dir, _task_overrides())
     t0 = time.perf_counter()
     begin_cell()
     try:
@@ -237,6 +233,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
             cell[PEAK_KEY] = peak
     cell["seconds"] = time.perf_counter() - t0
     cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    cell = final_account(cell)
     write_json_atomic(job_dir / CELL_FILE, cell)
     try:  # the table after every finished cell
         aggregate(job_dir.parent, plots=False)
