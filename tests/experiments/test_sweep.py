@@ -692,11 +692,12 @@ def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_g
     (cell_dir / "train_done.json").write_text(json.dumps({"status": "ok"}))
     resumed = []
 
-    def fake_train(tcfg):
+    def fake_train(tcfg):  # train.train's objects: what the fit resumed from and its clock
         resumed.append(tcfg.get("ckpt_path"))
         (Path(tcfg.paths.output_dir) / "export").mkdir(parents=True)
         (Path(tcfg.paths.output_dir) / "export" / "config.json").write_text("{}")
-        return {}, None
+        before = 0.0 if tcfg.get("ckpt_path") is None else 600.0
+        return {}, {"fit": {"resumed_from": tcfg.get("ckpt_path"), "before_resume": before}}
 
     monkeypatch.setattr(sweep_module, "train", fake_train)
     cfg = compose("sweep", ["schedule=target_2x", f"sweep.cells_dir={tmp_path}"])
@@ -709,6 +710,7 @@ def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_g
     last.write_text("this run's weights")
     _, summary, reused = sweep_module._train(cfg, cell_dir, reuse=True)
     assert resumed[-1] == "last" and summary["resumed"] is True and not reused
+    assert 600.0 <= summary["seconds"] < 660.0  # with what the checkpoint had reached
 
     c = {"eval": {"limit": 2}, "dataset": {}, "wandb": {}}
     eval_dir = cell_dir / f"eval-{eval_id(c)}"

@@ -94,14 +94,21 @@ def test_resumed_run_trains_the_model_an_uninterrupted_run_trains(tmp_path: Path
         "callbacks.last_checkpoint.every_n_train_steps=6",
     ]
     crash = ["+callbacks.crash._target_=train_utils.CrashAfter", "+callbacks.crash.step=13"]
-    straight, _ = train(make_cfg(tmp_path / "straight", over))
+    straight, straight_objects = train(make_cfg(tmp_path / "straight", over))
+    assert straight_objects["fit"]["resumed_from"] is None
+    assert straight_objects["fit"]["before_resume"] == 0.0 < straight_objects["fit"]["seconds"]
     # the full schedule learns too (seeded: 6.26 -> 5.46 in these 24 steps at the default lr)
     assert straight["val/loss"] < 0.9 * straight["val_start/loss"], straight
     with pytest.raises(SimulatedCrash):
         train(make_cfg(tmp_path / "resumed", [*over, *crash]))
     last = tmp_path / "resumed" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["global_step"] == 12
+    at_12 = torch.load(last, weights_only=True)
+    assert at_12["global_step"] == 12
+    reached = at_12["callbacks"]["TrainingClock"]["seconds"]  # the crashed attempt's 12 steps
     resumed, objects = train(make_cfg(tmp_path / "resumed", [*over, "ckpt_path=last"]))
+    fit = objects["fit"]  # its training time counts the crashed attempt's 12 steps too
+    assert fit["resumed_from"] == str(last) and fit["before_resume"] == reached > 0
+    assert fit["seconds"] > reached
     assert resumed["global_step"] == straight["global_step"] == 24
     assert objects["export_dir"]
     weights = [

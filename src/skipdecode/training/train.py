@@ -41,6 +41,7 @@ from ..models.loading import (
 )
 from ..provenance import provenance
 from .checkpoints import AtomicCheckpointIO, resume_step
+from .clock import TrainingClock, clock_of
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
 from .loggers import ResumableCSVLogger
@@ -217,7 +218,11 @@ def _trainer(
 ) -> tuple[pl.Trainer, str | None]:
     """The Lightning trainer of the config, and the checkpoint it resumes from (if any)."""
     # every run measures its devices' peak memory beside its plan (a no-op off a GPU)
-    callbacks = [*instantiate_callbacks(cfg.get("callbacks")), DevicePeak(output_dir, plan_bytes)]
+    callbacks = [
+        *instantiate_callbacks(cfg.get("callbacks")),
+        DevicePeak(output_dir, plan_bytes),
+        TrainingClock(),  # fitting seconds, carried through a resume
+    ]
     loggers = instantiate_loggers(cfg.get("logger"))
     ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
     if ckpt is not None:  # keep the interrupted run's metrics history
@@ -234,7 +239,12 @@ def _trainer(
 
 
 def _finish(
-    cfg: DictConfig, trainer: pl.Trainer, output_dir: Path, fit_started: float, run_info: dict
+    cfg: DictConfig,
+    trainer: pl.Trainer,
+    output_dir: Path,
+    fit_started: float,
+    run_info: dict,
+    resumed_from: str | None,
 ) -> tuple[dict[str, float], str | None, str | None]:
     """After ``fit``: the final metrics, the best checkpoint, and (rank 0) its export and the
     run's ``metrics.json`` (metrics, run info, the devices' measured peak)."""
@@ -253,11 +263,23 @@ def _finish(
             export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
             log.info("exported %s -> %s", best, export_dir)
         record = {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info}
+        record["fit"] = _fit(trainer, resumed_from)
         record["provenance"] = provenance()  # what code trained it (results/PROVENANCE.md)
         write_json_atomic(
             output_dir / "metrics.json", {**record, "device_peak": read_peak(output_dir)}
         )
     return metrics, best, export_dir
+
+
+def _fit(trainer: pl.Trainer, resumed_from: str | None) -> dict[str, Any]:
+    """The checkpoint the fit resumed from (None: from the start), the fitting seconds of every
+    step that made the model, and what of them that checkpoint had reached (:mod:`.clock`)."""
+    clock = clock_of(trainer)
+    return {
+        "resumed_from": resumed_from,
+        "seconds": None if clock is None else clock.seconds,
+        "before_resume": None if clock is None else clock.before,
+    }
 
 
 def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -306,13 +328,14 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
 
-    metrics, best, export_dir = _finish(cfg, trainer, output_dir, fit_started, run_info)
+    metrics, best, export_dir = _finish(cfg, trainer, output_dir, fit_started, run_info, ckpt)
     objects = {
         "best_ckpt": best,
         "export_dir": export_dir,
         "output_dir": str(output_dir),
         "schedule": schedule_desc,
         "run_info": run_info,
+        "fit": _fit(trainer, ckpt),
         "trainer": trainer,
         "module": module,
         "datamodule": datamodule,

@@ -91,19 +91,20 @@ def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str
     if not reuse:  # train again from the start: no checkpoint of an earlier run is resumed
         shutil.rmtree(train_dir, ignore_errors=True)
         (cell_dir / TRAIN_DONE).unlink(missing_ok=True)
-    tcfg = _train_cfg(cfg, train_dir)  # after any deletion: what it resumes is what is left
     t0 = time.perf_counter()
-    metrics, objects = train(tcfg)
+    metrics, objects = train(_train_cfg(cfg, train_dir))  # after any deletion above
     best_ckpt = (objects or {}).get("best_ckpt") if isinstance(objects, Mapping) else objects
     export = _find_export(train_dir)
     if export is None:
         if not best_ckpt:
             raise RuntimeError(f"training wrote no export in {train_dir} and no best checkpoint")
         export = Path(export_checkpoint(best_ckpt, train_dir / "export", metrics=metrics))
+    fit = ((objects or {}).get("fit") if isinstance(objects, Mapping) else None) or {}
     summary = {
         "status": "ok",
-        "seconds": time.perf_counter() - t0,
-        "resumed": tcfg.get("ckpt_path") is not None,  # an interrupted run's or a named one
+        # with the fitting seconds a resumed checkpoint had reached in the attempts before
+        "seconds": time.perf_counter() - t0 + float(fit.get("before_resume") or 0.0),
+        "resumed": bool(fit.get("resumed_from")),  # an interrupted run's last.ckpt or a named one
         "best_ckpt": str(best_ckpt or ""),
         "metrics": {k: _plain(v) for k, v in (metrics or {}).items()},
         "export": str(export),
