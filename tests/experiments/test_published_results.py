@@ -313,6 +313,40 @@ def test_publish_update_replaces_the_job_of_the_same_steps_and_training(tmp_path
     assert {n: (out / n / "record.json").read_bytes() for n in "0123"} == after
 
 
+def test_publishing_refuses_a_record_another_run_wrote_after_the_job(tmp_path):
+    """A cell evaluated again by another sweep (the same cell folder) leaves the first job's
+    cell.json naming a record it did not write: its times and overrides describe a run whose
+    record is gone, so publishing that job is refused; a reused evaluation is not checked."""
+    from datetime import datetime, timezone
+
+    from skipdecode.experiments.sweeps.publish import PublishError
+
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    cell_file = sweep / "1" / "cell.json"
+    cell = json.loads(cell_file.read_text())
+    record = Path(cell["record"])
+    data = json.loads(record.read_text())
+
+    def local(utc: str) -> str:  # the cell's times are the machine's local time
+        at = datetime.fromisoformat(utc).replace(tzinfo=timezone.utc).astimezone()
+        return at.replace(tzinfo=None).isoformat(timespec="seconds")
+
+    cell |= {"started": local("2026-11-24T22:43:11"), "finished": local("2026-11-24T23:34:33")}
+    cell_file.write_text(json.dumps(cell))
+    for written, refused in (("2026-11-24T23:34:30Z", False), ("2026-11-24T23:58:44Z", True)):
+        data["provenance"]["timestamp_utc"] = written
+        record.write_text(json.dumps(data))
+        target = tmp_path / "results" / ("refused" if refused else "inside")
+        if refused:
+            with pytest.raises(PublishError, match=r"1 cell\(s\) \(sweep/1\) name records"):
+                publish(sweep, target, aggregate)
+            assert not target.exists()
+        else:
+            publish(sweep, target, aggregate)
+    cell_file.write_text(json.dumps(cell | {"eval_reused": True}))  # found, not written, here
+    publish(sweep, tmp_path / "results" / "reused", aggregate)
+
+
 def test_publishing_refuses_cells_from_a_dirty_checkout_unless_allowed(tmp_path):
     from skipdecode.experiments.sweeps.publish import RESTORED, PublishError
 

@@ -30,6 +30,7 @@ import gzip
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,8 @@ def publish(
     then carries the diff it ran with (``provenance.git.diff``). Records put back by
     :func:`restore` were published before and are not checked again. A cell whose record was
     timed while other processes used more than :data:`BUSY_SHARE` of the CPUs
-    (``speed.load.other_share``) is refused likewise, unless ``allow_busy``."""
+    (``speed.load.other_share``) is refused likewise, unless ``allow_busy``; one that names a
+    record written outside its run (evaluated again since by another sweep) is always refused."""
     if isinstance(sweep_dirs, (str, Path)):
         sweep_dirs = [sweep_dirs]
     sweeps = [Path(d) for d in sweep_dirs]
@@ -128,6 +130,14 @@ def _refuse(cells: dict[Path, list[Path]], allow_dirty: bool, allow_busy: bool) 
             "their records hold no diff: nothing says what code they ran; commit and rerun them "
             "(--allow-dirty accepts only records that keep their diff)"
         )
+    foreign = [f for found in cells.values() for f in found if _written_by_another_run(f)]
+    if foreign:
+        raise PublishError(
+            f"{_named(foreign)} name records written outside their job's run (the record's "
+            "provenance.timestamp_utc is not between the job's started and finished): another "
+            "run evaluated those cells since, and their cell.json describes a run whose record "
+            "is gone; publish the sweep whose run wrote them"
+        )
     busy = [f for found in cells.values() for f in found if _timed_on_a_busy_machine(f)]
     if busy and not allow_busy:
         raise PublishError(
@@ -172,6 +182,21 @@ def _from_dirty_tree(cell_file: Path, without_diff: bool = False) -> bool:
     if without_diff:
         return diff_missing(prov)
     return bool((prov.get("git") or {}).get("dirty"))
+
+
+def _written_by_another_run(cell_file: Path) -> bool:
+    """Whether the job's finished cell evaluated (not reused) a record that another run wrote
+    after: its record's time is outside the job's ``started`` to ``finished`` (local times)."""
+    cell = read_json_or_none(cell_file) or {}
+    written = (_new_record(cell_file).get("provenance") or {}).get("timestamp_utc")
+    if cell.get("eval_reused") or not (written and cell.get("started") and cell.get("finished")):
+        return False
+    at = datetime.fromisoformat(str(written).replace("Z", "+00:00"))
+    started, finished = (
+        datetime.fromisoformat(cell[k]).astimezone() for k in ("started", "finished")
+    )
+    slack = timedelta(seconds=2)  # the cell's times are to the second
+    return not started - slack <= at <= finished + slack
 
 
 def _timed_on_a_busy_machine(cell_file: Path) -> bool:
