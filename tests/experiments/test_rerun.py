@@ -129,7 +129,9 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
         lambda cmd, check: ran.append(cmd[2]) or subprocess.CompletedProcess(cmd, 0),
     )
     differ = r"scitldr/2: 1 of 3 outputs differ \(published from Intel\(R\) Xeon\(R\) Processor, "
-    with pytest.raises(RerunError, match=differ + r"rerun on AMD EPYC \(AVX512\)\): the code"):
+    with pytest.raises(
+        RerunError, match=differ + r"rerun on AMD EPYC \(AVX512\)\): outputs differ when"
+    ):
         rerun([jobs[1]], sweeps=sweeps, say=lambda _: None)
     assert ran == []  # nothing published
     said = []
@@ -140,6 +142,14 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
     rerun([jobs[1]], sweeps=sweeps, say=lambda _: None, outputs_may_differ=True)
     assert ran == ["skipdecode.aggregate", "skipdecode.experiments.sweeps.pages"]
     rerun([jobs[0]], sweeps=sweeps, say=lambda _: None)  # alike: nothing to refuse
+
+    (evaluated / "1" / "generations.jsonl").unlink()  # unknown is not alike
+    with pytest.raises(RerunError, match=r"scitldr/1: the rerun kept no outputs, so whether"):
+        rerun([jobs[0]], sweeps=sweeps, say=lambda _: None)
+    _generations(evaluated / "1", ["a", "b", "c"], device=xeon)
+    (jobs[0] / "cell.json").write_text(json.dumps({**CELL, "source": "smollm2__x/eval-021ea6a7"}))
+    with pytest.raises(RerunError, match=r"evaluated as '1', not the published 'eval-021ea6a7'"):
+        rerun([jobs[0]], sweeps=sweeps, say=lambda _: None)  # its record is in cells/1/
 
 
 def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timings(tmp_path, capsys):
@@ -231,8 +241,8 @@ def test_with_commit_each_job_is_published_and_committed_as_it_finishes(tmp_path
     with pytest.raises(RerunError, match="in checkout .*, but the code that would rerun it is"):
         rerun_and_commit(jobs, say=[].append, sweeps=sweeps, pages=False)  # this package's code
     assert ran == []
-    said = []
-    rerun_and_commit(jobs, say=said.append, sweeps=sweeps, pages=False, code=tmp_path)
+    said, alone = [], {"outputs_may_differ": True}  # a job alone, and no outputs kept here
+    rerun_and_commit(jobs, say=said.append, sweeps=sweeps, pages=False, code=tmp_path, **alone)
     assert ran == ["skipdecode.sweep", "skipdecode.aggregate"] * 2  # one job after the other
     log = real_run(["git", "log", "--format=%s"], capture_output=True, text=True).stdout
     assert log.splitlines() == [
@@ -246,5 +256,5 @@ def test_with_commit_each_job_is_published_and_committed_as_it_finishes(tmp_path
     status = real_run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout
     assert status.split() == ["??", "notes.txt", "??", "sweep/"]
     said.clear()
-    rerun_and_commit(jobs[1:], say=said.append, sweeps=sweeps, pages=False, code=tmp_path)
+    rerun_and_commit(jobs[1:], say=said.append, sweeps=sweeps, pages=False, code=tmp_path, **alone)
     assert said[-1] == "# results/scitldr/2: nothing new to commit"  # finished, published as is

@@ -6,8 +6,9 @@ kept and no end-to-end speedup (docs/METRICS.md), and a published cell keeps its
 trained model: the way to a record that keeps them is to train and evaluate the cell again. For
 each published job this runs the sweep command its ``cell.json`` recorded (its overrides) under
 the sweep name ``rerun_<folder>_<job>`` with ``sweep.reuse=false`` (no checkpoint resumed, no
-evaluation restored), checks that the rerun is the cell it replaces (the same cell id: the same
-training config) and writes the outputs it published (where the code that trains or decodes a
+evaluation restored), checks that the rerun is the cell it replaces (the same cell id and evaluation folder:
+the same training and evaluation configs) and writes the outputs it published (outputs that
+either side did not keep count as differing; where the code that trains or decodes a
 cell changed since, or the CPU did, the same config can write other text: another CPU's kernels
 round otherwise and training carries that into other weights; such a rerun is published only
 beside a rerun of every job of its folder, so one table never mixes two codes, or with
@@ -121,6 +122,12 @@ def _outputs(record: Path) -> list | None:
     return None if found is None else [row.get("output") for row in found[0]]
 
 
+def _evaluation(job: Path) -> str:
+    """The published job's evaluation folder (``eval-<hash>`` of its ``source``; "" unknown)."""
+    source = str((read_json_or_none(job / CELL_FILE) or {}).get("source") or "")
+    return source.rsplit("/", 1)[1] if "/" in source else ""
+
+
 def _machine(record: Path) -> str:
     """The CPU a record ran on, with the instruction set of torch's kernels where it says."""
     device = ((read_json_or_none(record) or {}).get("provenance") or {}).get("device") or {}
@@ -130,11 +137,12 @@ def _machine(record: Path) -> str:
 
 def _changed_outputs(run: Rerun, cell: dict) -> str | None:
     """How many of the published job's outputs its rerun writes otherwise, and on which CPUs
-    both ran where they differ (None: all alike, or nothing to compare)."""
+    both ran where they differ, or that either kept none (None: all alike)."""
     published = _outputs(run.job / RECORD_FILE)
     again = _outputs(Path(cell["record"])) if cell.get("record") else None
-    if published is None or again is None:
-        return None
+    if published is None or again is None:  # unknown is not alike
+        kept = "the rerun" if published is not None else "the published job"
+        return f"{run.job}: {kept} kept no outputs, so whether they differ is not known"
     differ = sum(a != b for a, b in zip(published, again)) + abs(len(published) - len(again))
     if not differ:
         return None
@@ -185,15 +193,21 @@ def rerun(
                 f"{run.job}: the rerun trained cell {cell.get('cell_id')!r}, not the published "
                 f"{run.cell_id!r} (its training config differs now); nothing published"
             )
+        evaluation = _evaluation(run.job), Path(str(cell.get("record") or "")).parent.name
+        if evaluation[0] and evaluation[0] != evaluation[1]:
+            raise RerunError(
+                f"{run.job}: the rerun evaluated as {evaluation[1]!r}, not the published "
+                f"{evaluation[0]!r} (its evaluation config differs now); nothing published"
+            )
         changed.append((run, _changed_outputs(run, cell)))
     partial = [why for r, why in changed if why and not _whole(r.folder, runs)]
     if partial and not outputs_may_differ:
         raise RerunError(
-            "; ".join(partial) + ": the code that trains or decodes them changed since they were "
-            "published, or the CPU did (its kernels round otherwise, and training carries that "
-            "into other weights), so publishing part of a folder would put two codes or two "
-            "machines' weights in one table; rerun every job of the folder (or pass "
-            "--outputs-may-differ); nothing published"
+            "; ".join(partial) + ": outputs differ when the code that trains or decodes a cell "
+            "changed since it was published, or the CPU did (its kernels round otherwise, and "
+            "training carries that into other weights), so publishing part of a folder could "
+            "put two codes or two machines' weights in one table; rerun every job of the folder "
+            "(or pass --outputs-may-differ); nothing published"
         )
     for _, why in changed:
         if why:
