@@ -35,6 +35,8 @@ def test_a_cell_found_again_keeps_how_it_was_made_even_through_a_run_cut_short(t
     assert running["status"] == "running" and running[EARLIER_KEY] == MADE
     (tmp_path / "cell.json").write_text(json.dumps(running))
     assert earlier_account(tmp_path) == MADE
+    failed = final_account({"status": "failed", "error": "TimeoutError", EARLIER_KEY: earlier})
+    assert failed[EARLIER_KEY] == MADE  # a failed run leaves it for the next one
     kept = final_account({**_found(), EARLIER_KEY: earlier})
     assert kept == {**MADE, "found_again": "2026-11-30T09:00:00"}
 

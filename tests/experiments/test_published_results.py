@@ -313,6 +313,39 @@ def test_publish_update_replaces_the_job_of_the_same_steps_and_training(tmp_path
     assert {n: (out / n / "record.json").read_bytes() for n in "0123"} == after
 
 
+def test_publish_update_tells_two_evaluations_of_one_training_apart_by_their_folder(tmp_path):
+    """Two published jobs of one training and schedule, evaluated otherwise (two evaluation
+    folders): a new cell replaces the one of its own evaluation folder; an interrupted job's
+    waiting account (machine-local paths) is not published."""
+    sweep = make_fake_sweep(tmp_path / "sweep")
+    for num in (0, 1):
+        f = sweep / str(num) / "cell.json"
+        cell = json.loads(f.read_text()) | {"schedule": "full", "cell_id": "id0"}
+        f.write_text(json.dumps(cell | {"cell_dir": str(tmp_path / "cells" / "tiny__id0")}))
+    running = sweep / "4" / "cell.json"
+    waiting = {"status": "ok", "cell_dir": "/machine/cells/x", "record": "/machine/r.json"}
+    running.write_text(json.dumps(json.loads(running.read_text()) | {"earlier": waiting}))
+    out = publish(sweep, tmp_path / "results" / "fake", aggregate)
+    assert "earlier" not in json.loads((out / "4" / "cell.json").read_text())
+    sources = [json.loads((out / n / "cell.json").read_text())["source"] for n in "01"]
+    assert sources == ["tiny__id0/eval", "tiny__id0/eval"]  # the fake sweep's folder names
+    for n, folder in (("0", "eval-aaaa"), ("1", "eval-bbbb")):
+        f = out / n / "cell.json"
+        f.write_text(json.dumps(json.loads(f.read_text()) | {"source": f"tiny__id0/{folder}"}))
+    before = {n: (out / n / "record.json").read_bytes() for n in "01"}
+    record = tmp_path / "again" / "eval-aaaa" / "record.json"
+    record.parent.mkdir(parents=True)
+    record.write_text((sweep / "cells" / "target_4x" / "eval" / "record.json").read_text())
+    rerun = tmp_path / "rerun" / "0" / "cell.json"
+    rerun.parent.mkdir(parents=True)
+    rerun.write_text(
+        json.dumps(json.loads((sweep / "0" / "cell.json").read_text()) | {"record": str(record)})
+    )
+    out = publish(tmp_path / "rerun", out, aggregate, update=True)
+    assert (out / "0" / "record.json").read_bytes() == record.read_bytes() != before["0"]
+    assert (out / "1" / "record.json").read_bytes() == before["1"]
+
+
 def test_publishing_refuses_a_record_another_run_wrote_after_the_job(tmp_path):
     """A cell evaluated again by another sweep (the same cell folder) leaves the first job's
     cell.json naming a record it did not write: its times and overrides describe a run whose

@@ -104,6 +104,9 @@ def test_a_cell_that_says_it_resumed_a_checkpoint_its_sweep_deleted_is_caught(fo
     cell.write_text(json.dumps(data))
     found = _differences(folder)
     assert len(found) == 1 and "0/cell.json: train_resumed is true" in found[0], found
+    data["overrides"] = [*data["overrides"], "ckpt_path=/ckpts/step80.ckpt"]  # named: resumed
+    cell.write_text(json.dumps(data))
+    assert _differences(folder) == []
 
 
 def _raw_record(decode: list[float], base: list[float], published: float) -> dict:

@@ -41,7 +41,7 @@ from ..models.loading import (
 )
 from ..provenance import provenance
 from .checkpoints import AtomicCheckpointIO, resume_step
-from .clock import TrainingClock, clock_of
+from .clock import CLOCK_FILE, TrainingClock, read_clock
 from .datamodule import SkipDataModule, dataset_settings, load_examples
 from .export import export_checkpoint
 from .loggers import ResumableCSVLogger
@@ -221,7 +221,7 @@ def _trainer(
     callbacks = [
         *instantiate_callbacks(cfg.get("callbacks")),
         DevicePeak(output_dir, plan_bytes),
-        TrainingClock(),  # fitting seconds, carried through a resume
+        TrainingClock(output_dir),  # fitting seconds, carried through a resume
     ]
     loggers = instantiate_loggers(cfg.get("logger"))
     ckpt = _checkpoint_path(cfg.get("ckpt_path"), output_dir)
@@ -263,7 +263,7 @@ def _finish(
             export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
             log.info("exported %s -> %s", best, export_dir)
         record = {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info}
-        record["fit"] = _fit(trainer, resumed_from)
+        record["fit"] = _fit(output_dir, resumed_from)
         record["provenance"] = provenance()  # what code trained it (results/PROVENANCE.md)
         write_json_atomic(
             output_dir / "metrics.json", {**record, "device_peak": read_peak(output_dir)}
@@ -271,15 +271,10 @@ def _finish(
     return metrics, best, export_dir
 
 
-def _fit(trainer: pl.Trainer, resumed_from: str | None) -> dict[str, Any]:
+def _fit(output_dir: Path, resumed_from: str | None) -> dict[str, Any]:
     """The checkpoint the fit resumed from (None: from the start), the fitting seconds of every
     step that made the model, and what of them that checkpoint had reached (:mod:`.clock`)."""
-    clock = clock_of(trainer)
-    return {
-        "resumed_from": resumed_from,
-        "seconds": None if clock is None else clock.seconds,
-        "before_resume": None if clock is None else clock.before,
-    }
+    return {"resumed_from": resumed_from, **read_clock(output_dir)}
 
 
 def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -324,6 +319,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
         # an earlier fit's peaks are not this one's
         (output_dir / PEAK_FILE).unlink(missing_ok=True)
+        (output_dir / CLOCK_FILE).unlink(missing_ok=True)
 
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
@@ -335,7 +331,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         "output_dir": str(output_dir),
         "schedule": schedule_desc,
         "run_info": run_info,
-        "fit": _fit(trainer, ckpt),
+        "fit": _fit(output_dir, ckpt),
         "trainer": trainer,
         "module": module,
         "datamodule": datamodule,

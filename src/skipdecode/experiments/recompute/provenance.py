@@ -11,13 +11,13 @@ checkpoint when its sweep ran with ``sweep.reuse=false``, which deletes every ch
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...io import read_json_or_none
 from ..sweeps.audit import AUDIT_PAGE, audit_page, commit_lookup, records
 from .findings import Findings
 
@@ -43,11 +43,14 @@ def diff_applies(root: Path, commit: str, diff: str) -> tuple[bool, str]:
 
 
 def _resume_it_forbade(cell: Mapping) -> bool:
-    """Whether a published cell says it resumed a checkpoint that its overrides had deleted."""
-    no_reuse = any(
-        str(o).replace(" ", "").lower() == "sweep.reuse=false" for o in cell.get("overrides") or ()
+    """Whether a published cell says it resumed a checkpoint that its overrides had deleted
+    (``sweep.reuse=false``, and no checkpoint named with ``ckpt_path=``)."""
+    overrides = [str(o).replace(" ", "").lstrip("+").lower() for o in cell.get("overrides") or ()]
+    named = any(
+        o.startswith("ckpt_path=") and o.split("=", 1)[1] not in ("null", "none", "", "last")
+        for o in overrides
     )
-    return bool(cell.get("train_resumed")) and no_reuse
+    return bool(cell.get("train_resumed")) and "sweep.reuse=false" in overrides and not named
 
 
 def check_provenance(results: Path, root: Path) -> Findings:
@@ -78,7 +81,10 @@ def check_provenance(results: Path, root: Path) -> Findings:
         found.skip("records whose diff is partial or missing (listed on PROVENANCE.md)")
     for path in sorted(results.rglob("cell.json")):
         found.checked += 1
-        if _resume_it_forbade(json.loads(path.read_text(encoding="utf-8"))):
+        cell = read_json_or_none(path)
+        if not isinstance(cell, dict):
+            found.differences.append(f"{path.relative_to(results)}: not a readable JSON object")
+        elif _resume_it_forbade(cell):
             found.differences.append(
                 f"{path.relative_to(results)}: train_resumed is true, but its sweep ran with "
                 "sweep.reuse=false, which deletes the cell's checkpoints and trains from the start"

@@ -10,7 +10,7 @@ reused, its GPU peak), with when it was found again, instead of a new one that s
 
 from __future__ import annotations
 
-import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,16 @@ from ...io import read_json_or_none
 from .gpu_memory import PEAK_KEY
 from .identity import CELL_FILE
 
-__all__ = ["EARLIER_KEY", "earlier_account", "final_account", "running_account"]
+__all__ = ["EARLIER_KEY", "earlier_account", "final_account", "now", "running_account"]
 
 #: in a running job's ``cell.json``: the finished account an earlier run of its sweep wrote
 EARLIER_KEY = "earlier"
+
+
+def now() -> str:
+    """The time, to the second, with the machine's offset from UTC (a ``cell.json`` read on
+    another machine, or under another ``TZ``, means the same instant)."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def earlier_account(job_dir: Path) -> dict[str, Any] | None:
@@ -35,7 +41,7 @@ def running_account(job_dir: Path, overrides: list[str]) -> dict[str, Any]:
     account (if any) under :data:`EARLIER_KEY`."""
     cell: dict[str, Any] = {
         "status": "running",
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "started": now(),
         "job_dir": str(job_dir),
         "overrides": overrides,
     }
@@ -46,7 +52,10 @@ def running_account(job_dir: Path, overrides: list[str]) -> dict[str, Any]:
 def final_account(cell: dict[str, Any]) -> dict[str, Any]:
     """What the job's ``cell.json`` keeps: a cell found again whole (training and evaluation
     reused, the same record) keeps the earlier account, with when it was found again
-    (``found_again``); a cell that did no work records no GPU peak."""
+    (``found_again``); a cell that did no work records no GPU peak; a failed one keeps the
+    earlier account where it waits."""
+    if cell.get("status") != "ok":  # failed: the earlier account waits for a later run
+        return cell
     earlier = cell.pop(EARLIER_KEY, None)
     if cell.get("train_reused") and cell.get("eval_reused"):
         cell.pop(PEAK_KEY, None)

@@ -37,11 +37,12 @@ from typing import Any
 from ...evaluation.load import BUSY_SHARE, timed_busy
 from ...io import read_json_or_none, write_json_atomic, write_text_atomic
 from ...provenance import diff_missing
+from .account import EARLIER_KEY
 from .identity import CELL_FILE, IDENTITY_FILE, identity_hash, portable_identity
 from .sources import generations_bytes, pack_folder
 from .table import PLAN_FILE, TRAIN_DONE
 
-__all__ = ["PublishError", "publish", "restore"]
+__all__ = ["PublishError", "publish", "published_evaluation", "restore"]
 
 RECORD = "record.json"
 GENERATIONS = "generations.jsonl"
@@ -214,12 +215,16 @@ def _cell_key(cell: dict[str, Any]) -> tuple | None:
 
 def _published_twin(cell: dict[str, Any], twins: Sequence[Path]) -> Path | None:
     """The published job among ``twins`` (the jobs of ``cell``'s key) that ``cell`` replaces:
-    the one trained from the same config (``cell_id``), else the only one; ``None`` for none.
+    the one trained from the same config (``cell_id``; among several, the one of the same
+    evaluation folder), else the only one; ``None`` for none.
     Several twins and none of them its training is a :class:`PublishError`, never a guess."""
     same = [
         job for job in twins
         if (read_json_or_none(job / CELL_FILE) or {}).get("cell_id") == cell.get("cell_id")
     ]  # fmt: skip
+    if len(same) > 1:  # one training evaluated otherwise: the same evaluation folder
+        evaluation = Path(str(cell.get("record") or "")).parent.name
+        same = [job for job in same if published_evaluation(job) == evaluation] or same
     if len(same) == 1 or (not same and len(twins) == 1):
         return (same or twins)[0]
     if not twins:
@@ -231,6 +236,13 @@ def _published_twin(cell: dict[str, Any], twins: Sequence[Path]) -> Path | None:
         f"schedule, seed and steps, and {'each' if same else 'none'} of them by its training "
         "config: which one it replaces is not decided; publish it into a folder of its own"
     )
+
+
+def published_evaluation(job: Path) -> str:
+    """A published job's evaluation folder (``eval-<hash>``, the end of its ``source``; "" for
+    a job whose ``source`` does not say)."""
+    source = str((read_json_or_none(job / CELL_FILE) or {}).get("source") or "")
+    return source.rsplit("/", 1)[1] if "/" in source else ""
 
 
 def _update(target: Path, cell_files: Sequence[Path], staging: Path) -> None:
@@ -290,7 +302,7 @@ def _copy_cell(cell_file: Path, job_dir: Path) -> None:
             if cell.get("train_seconds") is None:  # a reused cell: its folder's summary
                 trained = read_json_or_none(cell_dir / TRAIN_DONE) or {}
                 cell["train_seconds"] = trained.get("seconds")
-    for key in ("cell_dir", "job_dir", "export"):  # machine-local paths
+    for key in ("cell_dir", "job_dir", "export", EARLIER_KEY):  # machine-local paths
         cell.pop(key, None)
     write_json_atomic(job_dir / CELL_FILE, cell)
 

@@ -50,6 +50,7 @@ from ...io import read_json_or_none
 from .cell_outputs import cell_generations
 from .identity import CELL_FILE
 from .pending import print_pending
+from .publish import published_evaluation
 
 __all__ = [
     "Rerun",
@@ -122,12 +123,6 @@ def _outputs(record: Path) -> list | None:
     return None if found is None else [row.get("output") for row in found[0]]
 
 
-def _evaluation(job: Path) -> str:
-    """The published job's evaluation folder (``eval-<hash>`` of its ``source``; "" unknown)."""
-    source = str((read_json_or_none(job / CELL_FILE) or {}).get("source") or "")
-    return source.rsplit("/", 1)[1] if "/" in source else ""
-
-
 def _machine(record: Path) -> str:
     """The CPU a record ran on, with the instruction set of torch's kernels where it says."""
     device = ((read_json_or_none(record) or {}).get("provenance") or {}).get("device") or {}
@@ -193,7 +188,7 @@ def rerun(
                 f"{run.job}: the rerun trained cell {cell.get('cell_id')!r}, not the published "
                 f"{run.cell_id!r} (its training config differs now); nothing published"
             )
-        evaluation = _evaluation(run.job), Path(str(cell.get("record") or "")).parent.name
+        evaluation = published_evaluation(run.job), Path(str(cell.get("record") or "")).parent.name
         if evaluation[0] and evaluation[0] != evaluation[1]:
             raise RerunError(
                 f"{run.job}: the rerun evaluated as {evaluation[1]!r}, not the published "

@@ -37,7 +37,7 @@ from ...locks import claim_dir
 from ...models.loading import model_sizes
 from ...training.export import export_checkpoint
 from ...training.train import check_cell_context, train
-from .account import final_account, running_account
+from .account import final_account, now, running_account
 from .aggregate import aggregate, log_wandb
 from .gpu_memory import PEAK_KEY, begin_cell, end_cell
 from .identity import CELL_FILE, IDENTITY_FILE, SIZES_KEY, cell_identity
@@ -105,6 +105,8 @@ def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str
         # with the fitting seconds a resumed checkpoint had reached in the attempts before
         "seconds": time.perf_counter() - t0 + float(fit.get("before_resume") or 0.0),
         "resumed": bool(fit.get("resumed_from")),  # an interrupted run's last.ckpt or a named one
+        # resumed from a checkpoint that does not say its seconds: only this attempt's counted
+        "seconds_partial": bool(fit.get("resumed_from")) and fit.get("before_resume") is None,
         "best_ckpt": str(best_ckpt or ""),
         "metrics": {k: _plain(v) for k, v in (metrics or {}).items()},
         "export": str(export),
@@ -233,7 +235,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         if peak is not None:
             cell[PEAK_KEY] = peak
     cell["seconds"] = time.perf_counter() - t0
-    cell["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    cell["finished"] = now()
     cell = final_account(cell)
     write_json_atomic(job_dir / CELL_FILE, cell)
     try:  # the table after every finished cell
