@@ -244,7 +244,7 @@ def _finish(
     output_dir: Path,
     fit_started: float,
     run_info: dict,
-    resumed_from: str | None,
+    fit: dict[str, Any],
 ) -> tuple[dict[str, float], str | None, str | None]:
     """After ``fit``: the final metrics, the best checkpoint, and (rank 0) its export and the
     run's ``metrics.json`` (metrics, run info, the devices' measured peak)."""
@@ -263,7 +263,7 @@ def _finish(
             export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
             log.info("exported %s -> %s", best, export_dir)
         record = {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info}
-        record["fit"] = _fit(output_dir, resumed_from)
+        record["fit"] = fit
         record["provenance"] = provenance()  # what code trained it (results/PROVENANCE.md)
         write_json_atomic(
             output_dir / "metrics.json", {**record, "device_peak": read_peak(output_dir)}
@@ -324,14 +324,15 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     fit_started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt)
 
-    metrics, best, export_dir = _finish(cfg, trainer, output_dir, fit_started, run_info, ckpt)
+    fit = _fit(output_dir, ckpt)
+    metrics, best, export_dir = _finish(cfg, trainer, output_dir, fit_started, run_info, fit)
     objects = {
         "best_ckpt": best,
         "export_dir": export_dir,
         "output_dir": str(output_dir),
         "schedule": schedule_desc,
         "run_info": run_info,
-        "fit": _fit(output_dir, ckpt),
+        "fit": fit,
         "trainer": trainer,
         "module": module,
         "datamodule": datamodule,

@@ -42,7 +42,7 @@ from .identity import CELL_FILE, IDENTITY_FILE, identity_hash, portable_identity
 from .sources import generations_bytes, pack_folder
 from .table import PLAN_FILE, TRAIN_DONE
 
-__all__ = ["PublishError", "publish", "published_evaluation", "restore"]
+__all__ = ["PublishError", "evaluation_folder", "publish", "restore"]
 
 RECORD = "record.json"
 GENERATIONS = "generations.jsonl"
@@ -213,23 +213,20 @@ def _cell_key(cell: dict[str, Any]) -> tuple | None:
     return tuple(cell.get(k) for k in ("model", "dataset", "schedule", "seed", "train_steps"))
 
 
-def _published_twin(cell: dict[str, Any], twins: Sequence[Path]) -> Path | None:
-    """The published job among ``twins`` (the jobs of ``cell``'s key) that ``cell`` replaces:
-    the one trained from the same config (``cell_id``; among several, the one of the same
-    evaluation folder), else the only one; ``None`` for none.
+def _published_twin(cell: dict[str, Any], twins: Sequence[tuple[Path, dict]]) -> Path | None:
+    """The published job among ``twins`` (the jobs of ``cell``'s key, each with its
+    ``cell.json``) that ``cell`` replaces: the one trained from the same config (``cell_id``;
+    among several, the one of the same evaluation folder), else the only one; ``None`` for none.
     Several twins and none of them its training is a :class:`PublishError`, never a guess."""
-    same = [
-        job for job in twins
-        if (read_json_or_none(job / CELL_FILE) or {}).get("cell_id") == cell.get("cell_id")
-    ]  # fmt: skip
+    same = [(job, twin) for job, twin in twins if twin.get("cell_id") == cell.get("cell_id")]
     if len(same) > 1:  # one training evaluated otherwise: the same evaluation folder
-        evaluation = Path(str(cell.get("record") or "")).parent.name
-        same = [job for job in same if published_evaluation(job) == evaluation] or same
+        evaluation = evaluation_folder(cell)
+        same = [(job, twin) for job, twin in same if evaluation_folder(twin) == evaluation] or same
     if len(same) == 1 or (not same and len(twins) == 1):
-        return (same or twins)[0]
+        return (same or twins)[0][0]
     if not twins:
         return None
-    names = ", ".join(sorted(job.name for job in (same or twins)))
+    names = ", ".join(sorted(job.name for job, _ in (same or twins)))
     raise PublishError(
         f"the new cell {cell.get('schedule')!r} seed {cell.get('seed')} (cell_id "
         f"{cell.get('cell_id')!r}) matches the published jobs {names} by model, dataset, "
@@ -238,22 +235,25 @@ def _published_twin(cell: dict[str, Any], twins: Sequence[Path]) -> Path | None:
     )
 
 
-def published_evaluation(job: Path) -> str:
-    """A published job's evaluation folder (``eval-<hash>``, the end of its ``source``; "" for
-    a job whose ``source`` does not say)."""
-    source = str((read_json_or_none(job / CELL_FILE) or {}).get("source") or "")
-    return source.rsplit("/", 1)[1] if "/" in source else ""
+def evaluation_folder(cell: dict[str, Any]) -> str:
+    """A job's evaluation folder (``eval-<hash>``): the end of a published cell's ``source``,
+    else the folder of a sweep cell's record ("" where neither says)."""
+    source = str(cell.get("source") or "")
+    if "/" in source:
+        return source.rsplit("/", 1)[1]
+    return Path(str(cell.get("record") or "")).parent.name
 
 
 def _update(target: Path, cell_files: Sequence[Path], staging: Path) -> None:
     """``staging``: ``target``'s jobs, each replaced by the new job of the same cell when that
     one finished or the published one did not; new cells under numbers after the last."""
     shutil.copytree(target, staging, dirs_exist_ok=True)
-    published: dict[tuple, list[Path]] = {}
+    published: dict[tuple, list[tuple[Path, dict]]] = {}
     for job_cell in sorted(staging.glob(f"*/{CELL_FILE}")):
-        key = _cell_key(read_json_or_none(job_cell) or {})
+        job = read_json_or_none(job_cell) or {}
+        key = _cell_key(job)
         if key is not None:
-            published.setdefault(key, []).append(job_cell.parent)
+            published.setdefault(key, []).append((job_cell.parent, job))
     numbers = [int(p.name) for p in staging.iterdir() if p.is_dir() and p.name.isdigit()]
     next_number = max(numbers, default=-1) + 1
     for cell_file in cell_files:
@@ -263,7 +263,7 @@ def _update(target: Path, cell_files: Sequence[Path], staging: Path) -> None:
         if job_dir is None:
             job_dir, next_number = staging / str(next_number), next_number + 1
             if key is not None:
-                published.setdefault(key, []).append(job_dir)
+                published.setdefault(key, []).append((job_dir, cell))
         else:
             old = (read_json_or_none(job_dir / CELL_FILE) or {}).get("status")
             if old == "ok" and (cell.get("status") != "ok" or _same_record(cell, job_dir)):

@@ -50,7 +50,7 @@ from ...io import read_json_or_none
 from .cell_outputs import cell_generations
 from .identity import CELL_FILE
 from .pending import print_pending
-from .publish import published_evaluation
+from .publish import evaluation_folder
 
 __all__ = [
     "Rerun",
@@ -188,7 +188,8 @@ def rerun(
                 f"{run.job}: the rerun trained cell {cell.get('cell_id')!r}, not the published "
                 f"{run.cell_id!r} (its training config differs now); nothing published"
             )
-        evaluation = published_evaluation(run.job), Path(str(cell.get("record") or "")).parent.name
+        published = read_json_or_none(run.job / CELL_FILE) or {}
+        evaluation = evaluation_folder(published), evaluation_folder(cell)
         if evaluation[0] and evaluation[0] != evaluation[1]:
             raise RerunError(
                 f"{run.job}: the rerun evaluated as {evaluation[1]!r}, not the published "
