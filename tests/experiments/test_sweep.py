@@ -98,6 +98,7 @@ def test_multirun_trains_evaluates_aggregates_and_resumes(tmp_path):
 
     # Complete records from trained models, generations beside them.
     cell = json.loads((sweep / "1" / "cell.json").read_text())
+    assert 0 <= cell["lock_wait_seconds"] < cell["seconds"]  # alone: no wait to speak of
     record = json.loads(Path(cell["record"]).read_text())
     assert record["model"]["source"] == "export" and record["schedule"]["origin"] == "checkpoint"
     assert record["train_meta"]["dataset"]["name"] == "synthetic"
@@ -522,6 +523,9 @@ def test_cells_sharing_a_trained_model_in_parallel_train_it_once(tmp_path):
     assert [c["status"] for c in cells] == ["ok", "ok"]
     assert len({c["cell_dir"] for c in cells}) == 1  # the same trained cell
     assert sorted(c["train_reused"] for c in cells) == [False, True]  # trained once
+    trainer, reuser = sorted(cells, key=lambda c: c["train_reused"])
+    # the second waited for the first's training: its seconds say so, apart
+    assert trainer["lock_wait_seconds"] < reuser["lock_wait_seconds"] < reuser["seconds"]
     assert len({c["record"] for c in cells}) == 2  # two evaluations
 
 
@@ -690,6 +694,9 @@ def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_g
     last.parent.mkdir(parents=True)
     last.write_text("an earlier run's weights")
     (cell_dir / "train_done.json").write_text(json.dumps({"status": "ok"}))
+    sibling = cell_dir / "eval-another-step" / "record.json"  # evaluated the same training
+    sibling.parent.mkdir()
+    sibling.write_text("{}")
     resumed = []
 
     def fake_train(tcfg):  # train.train's objects: what the fit resumed from and its clock
@@ -703,6 +710,7 @@ def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_g
     cfg = compose("sweep", ["schedule=target_2x", f"sweep.cells_dir={tmp_path}"])
     export, summary, reused = sweep_module._train(cfg, cell_dir, reuse=False)
     assert resumed == [None] and not reused and not last.exists() and export.is_dir()
+    assert not sibling.exists()  # its training is gone: a later run may not reuse it
     assert summary["resumed"] is False  # its cell.json says trained from the start
 
     shutil.rmtree(export)  # interrupted: a checkpoint and no export; with reuse it resumes

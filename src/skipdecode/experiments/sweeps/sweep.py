@@ -91,6 +91,9 @@ def _train(cfg: DictConfig, cell_dir: Path, reuse: bool) -> tuple[Path, dict[str
     if not reuse:  # train again from the start: no checkpoint of an earlier run is resumed
         shutil.rmtree(train_dir, ignore_errors=True)
         (cell_dir / TRAIN_DONE).unlink(missing_ok=True)
+        # every evaluation beside it evaluated the deleted training: none may be reused later
+        for stale in cell_dir.glob("eval-*"):
+            shutil.rmtree(stale, ignore_errors=True)
     t0 = time.perf_counter()
     metrics, objects = train(_train_cfg(cfg, train_dir))  # after any deletion above
     best_ckpt = (objects or {}).get("best_ckpt") if isinstance(objects, Mapping) else objects
@@ -170,6 +173,36 @@ def _evaluate(
     return record, False
 
 
+def _train_and_evaluate(
+    cfg: DictConfig, c: Mapping[str, Any], cell_dir: Path, labels: Mapping[str, Any], reuse: bool
+) -> dict[str, Any]:
+    """The cell's work under its lock; returns what ``cell.json`` says of it."""
+    record = cell_dir / f"eval-{eval_id(c)}" / RECORD_FILE
+    if reuse and read_json_or_none(record):
+        # evaluated before, or restored from published results: the record is the cell
+        log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
+        export = _find_export(cell_dir / "train")
+        if eval_step(c) is not None:
+            export = reused_step_export(cell_dir / "train", eval_step(c))
+        train_summary = read_json_or_none(cell_dir / TRAIN_DONE) or {}
+        train_reused = eval_reused = True
+    else:
+        export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
+        if eval_step(c) is not None:  # the model as it was after that many steps
+            export = step_export(cell_dir / "train", eval_step(c))
+        record, eval_reused = _evaluate(cfg, c, export, cell_dir, _group_name(cfg), labels, reuse)
+    if not (c.get("sweep") or {}).get("keep_checkpoints", True):  # they only serve resuming
+        shutil.rmtree(cell_dir / "train" / "checkpoints", ignore_errors=True)
+    return {
+        "record": str(record),
+        "export": str(export) if export else None,
+        "train_reused": train_reused,
+        "train_resumed": bool(train_summary.get("resumed")) and not train_reused,
+        "eval_reused": eval_reused,
+        "train_seconds": train_summary.get("seconds"),
+    }
+
+
 def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
     """Train + evaluate one cell; never raises for a cell failure (it is recorded instead)."""
     job_dir = Path(job_dir or _job_dir(cfg))
@@ -193,37 +226,14 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         write_json_atomic(job_dir / CELL_FILE, cell)
         cell_dir.mkdir(parents=True, exist_ok=True)
         reuse = bool(sw.get("reuse", True))
+        asked = time.perf_counter()
         # one process per cell at a time: a parallel cell with the same trained model (same
         # training config, another evaluation) waits, then reuses it
         with claim_dir(cell_dir, "sweep cell", wait_s=float(sw.get("cell_wait_s", 0) or 0)):
+            cell["lock_wait_seconds"] = time.perf_counter() - asked  # part of `seconds`
             write_json_atomic(cell_dir / IDENTITY_FILE, {**ident, SIZES_KEY: _sizes(c)})
-            record = cell_dir / f"eval-{eval_id(c)}" / RECORD_FILE
-            if reuse and read_json_or_none(record):
-                # evaluated before, or restored from published results: the record is the cell
-                log.info("cell %s: reusing evaluation %s", cell_dir.name, record)
-                export = _find_export(cell_dir / "train")
-                if eval_step(c) is not None:
-                    export = reused_step_export(cell_dir / "train", eval_step(c))
-                train_summary = read_json_or_none(cell_dir / TRAIN_DONE) or {}
-                train_reused = eval_reused = True
-            else:
-                export, train_summary, train_reused = _train(cfg, cell_dir, reuse)
-                if eval_step(c) is not None:  # the model as it was after that many steps
-                    export = step_export(cell_dir / "train", eval_step(c))
-                record, eval_reused = _evaluate(
-                    cfg, c, export, cell_dir, _group_name(cfg), labels, reuse
-                )
-            if not sw.get("keep_checkpoints", True):  # checkpoints only serve resuming
-                shutil.rmtree(cell_dir / "train" / "checkpoints", ignore_errors=True)
-        cell.update(
-            status="ok",
-            record=str(record),
-            export=str(export) if export else None,
-            train_reused=train_reused,
-            train_resumed=bool(train_summary.get("resumed")) and not train_reused,
-            eval_reused=eval_reused,
-            train_seconds=train_summary.get("seconds"),
-        )
+            cell.update(_train_and_evaluate(cfg, c, cell_dir, labels, reuse))
+        cell["status"] = "ok"
     except Exception as e:  # a failed cell is recorded, never fatal to the multirun
         log.exception("cell failed")
         cell.update(
