@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ci import skip_unless_ci
 
 from skipdecode.data import DataConfigError, encode_example, encode_prompt, get_task, load_split
 
@@ -21,7 +22,7 @@ def tok():
     try:
         return AutoTokenizer.from_pretrained(smollm2_dir(create=False))
     except FileNotFoundError as err:
-        pytest.skip(f"SmolLM2 not converted (make smollm2): {err}")
+        skip_unless_ci(f"SmolLM2 not converted (make smollm2): {err}")
 
 
 def write_chat(directory: Path, prompt: str) -> Path:

@@ -465,7 +465,8 @@ def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_tim
     (costs_32, costs_256) = cell["step_graphs"]
     assert (costs_32["new_tokens"], costs_256["new_tokens"]) == (32, 256)
     assert costs_32["graphs_recorded"] == costs_32["plans"] > 1 and costs_32["graph"] == "step"
-    assert cell["graphs_compiled_while_timed"] == 0 and cell["cudagraph_skips"] >= 0
+    assert cell["graphs_compiled_while_timed"] == 0
+    assert cell["cudagraph_skips"] == 0 and isinstance(cell["cudagraph_skips"], int)  # counted
     assert cell["graphs_recorded_while_timed"] == 0 and cell["failed"] == {}
     # --profile: what a decode step adds, per step, on each profiled path (a CPU counts its
     # operators); a 2x step runs fewer of them than a full one, and the busy share is their time

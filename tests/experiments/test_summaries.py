@@ -14,6 +14,7 @@ import pytest
 from exports import write_published_cell
 from offline_env import offline_env
 from rouge_score import rouge_scorer
+from verdicts import verdict_from_columns
 
 from skipdecode.experiments.sweeps.summaries import decided, write_summaries
 
@@ -186,7 +187,8 @@ def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):
     assert "| smollm2-135m | target_2x | skipdecode | 1 2 |" in md and "25.0%" in md
     assert "| 1.80x | 2.00x |" in md and "3.00x" not in md
     assert "| RL max: decided | BERT-F: decided |" in md
-    assert rows["target_2x"]["rougeL_max_decided"] in {"lower", "higher", "undecided"}
+    verdict = rows["target_2x"]["rougeL_max_decided"]
+    assert verdict == verdict_from_columns(rows["target_2x"], "rougeL_max") != ""
 
 
 def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_max(tmp_path):
@@ -298,9 +300,7 @@ def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
     assert float(two["rougeL_max"]) == pytest.approx(mine, abs=1e-12)
     assert float(two["per_schedule_rougeL_max"]) == pytest.approx(theirs, abs=1e-12)
     assert float(two["rougeL_max_delta"]) == pytest.approx(mine - theirs, abs=1e-12)
-    assert two["rougeL_max_decided"].endswith("(inputs only)") or two["rougeL_max_decided"] == (
-        "undecided"
-    )
+    assert two["rougeL_max_decided"] == verdict_from_columns(two, "rougeL_max")
     md = paths["md"].read_text()
     assert md.startswith("# One budget-randomized model against one fine-tune per schedule")
     assert "| full | 1 / 1 |" in md and "| target_2x | 1 / 1 2 |" in md

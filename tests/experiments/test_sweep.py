@@ -716,9 +716,12 @@ def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_g
     shutil.rmtree(export)  # interrupted: a checkpoint and no export; with reuse it resumes
     last.parent.mkdir(parents=True, exist_ok=True)
     last.write_text("this run's weights")
-    _, summary, reused = sweep_module._train(cfg, cell_dir, reuse=True)
+    clock = iter([100.0, 105.0])  # this attempt: 5 s
+    with monkeypatch.context() as m:
+        m.setattr(sweep_module.time, "perf_counter", lambda: next(clock))
+        _, summary, reused = sweep_module._train(cfg, cell_dir, reuse=True)
     assert resumed[-1] == "last" and summary["resumed"] is True and not reused
-    assert 600.0 <= summary["seconds"] < 660.0  # with what the checkpoint had reached
+    assert summary["seconds"] == 605.0  # with the 600 s the checkpoint had reached
 
     c = {"eval": {"limit": 2}, "dataset": {}, "wandb": {}}
     eval_dir = cell_dir / f"eval-{eval_id(c)}"

@@ -259,7 +259,7 @@ def test_calm_training_loss_reads_out_only_scored_positions_and_equals_full_read
 def test_build_policy_every_method_from_target_speedup():
     for name in ["full", "target", "early_exit", "unified", "power_law", "adaptive"]:
         pol = build_schedule({"name": name, "target_speedup": 2}, 24, expected_length=32)
-        assert pol.describe()["name"] in (name, "linear")
+        assert pol.describe()["name"] == {"target": "linear"}.get(name, name)  # SkipDecode's
         if pol.static() is not None and name != "full":
             assert abs(pol.static().theoretical_speedup([32]) - 2) < 0.25
     calm = build_schedule({"name": "calm", "threshold": 0.9, "check_every": 2}, 24)
