@@ -292,6 +292,45 @@ def test_bad_method_values_raise_clear_errors():
         dec.forward_exits(ids, mask, [6])
 
 
+def test_a_misspelt_missing_or_mistyped_setting_is_refused_by_name():
+    """Nothing a schedule config holds is ignored: a key no builder reads is refused with the
+    keys allowed (a nested draft's too), and a missing or mistyped number names its key."""
+    with pytest.raises(
+        ScheduleError,
+        match=r"schedule\.warmpu_layers is not a setting of "
+        r"schedule\.name=target; allowed: .*warmup_layers",
+    ):
+        build_schedule({"name": "target", "target_speedup": 2, "warmpu_layers": 3}, 24, 32)
+    with pytest.raises(ScheduleError, match=r"schedule\.kk is not a setting of .*speculative"):
+        build_schedule({"name": "speculative", "draft": {"name": "full"}, "kk": 8}, L)
+    draft = {"name": "budgets", "budgets": [3], "warmup": 1}
+    with pytest.raises(ScheduleError, match=r"schedule\.warmup is not a setting of .*budgets"):
+        build_schedule({"name": "speculative", "draft": draft}, L)
+    with pytest.raises(
+        ScheduleError,
+        match=r"schedule\.target_speedup is required for "
+        r"schedule\.name=target",
+    ):
+        build_schedule({"name": "target"}, 24, 32)
+    for bad in ("2x", None, True):
+        with pytest.raises(ScheduleError, match=rf"schedule\.target_speedup={bad!r} is not"):
+            build_schedule({"name": "target", "target_speedup": bad}, 24, 32)
+    with pytest.raises(ScheduleError, match=r"schedule\.min_layers is required for .*linear"):
+        build_schedule(
+            {"name": "linear", "warmup_layers": 1, "max_layers": 6, "decay_tokens": 8}, L
+        )
+    with pytest.raises(ScheduleError, match=r"schedule\.exit_layers=0 is not allowed"):
+        build_schedule({"name": "early_exit", "exit_layers": 0}, L)  # 0 is not "unset"
+    with pytest.raises(ScheduleError, match=r"schedule\.keep_layers=0 is not allowed"):
+        build_schedule({"name": "unified", "keep_layers": 0, "target_speedup": 2}, L)
+    assert (
+        build_schedule(
+            {"name": "target", "target_speedup": 2.0, "warmup_layers": 1.0}, 24, 32
+        ).warmup_layers
+        == 1
+    )  # a whole float is a count
+
+
 def test_calm_threshold_calibration_moves_toward_target():
     from skipdecode.schedules.calm import calibrate_calm_threshold
 

@@ -230,7 +230,18 @@ def random_monotone_budgets(
     return budgets
 
 
-@register("adaptive", method="adaptive skipdecode")
+@register(
+    "adaptive",
+    method="adaptive skipdecode",
+    settings=(
+        "warmup_layers",
+        "max_layers",
+        "min_layers",
+        "target_mean",
+        "sharpness",
+        "expected_length",
+    ),
+)
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> AdaptiveSchedule:
     """Explicit ``max_layers``/``min_layers``, or ``target_speedup`` (max/min from the linear
     target rule over the expected length, target mean ``L / s``)."""

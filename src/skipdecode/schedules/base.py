@@ -65,6 +65,28 @@ def require(ok: bool, key: str, value: object, allowed: str) -> None:
         raise ScheduleError(f"schedule.{key}={value!r} is not allowed: {allowed}")
 
 
+_REQUIRED = object()
+
+
+def setting(cfg: Mapping, key: str, kind: type, allowed: str, default: Any = _REQUIRED) -> Any:
+    """``cfg[key]`` as ``kind`` (``int`` or ``float``; a whole float is an ``int``), or
+    ``default`` where absent; a missing required key or a value of another kind is refused,
+    named with what is allowed."""
+    value = cfg.get(key, default)
+    if value is _REQUIRED:
+        raise ScheduleError(
+            f"schedule.{key} is required for schedule.name={cfg.get('name')}: {allowed}"
+        )
+    if value is None and default is None:
+        return None
+    whole = isinstance(value, float) and value.is_integer()
+    ok = not isinstance(value, bool) and (
+        isinstance(value, int) or (isinstance(value, float) and (kind is float or whole))
+    )
+    require(ok, key, value, allowed)
+    return kind(value)
+
+
 class ScheduleRun:
     """The per-call state of a schedule: what each decode pass computes.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import ScheduleError, StaticSchedule, require, round_half_up
+from .base import ScheduleError, StaticSchedule, require, round_half_up, setting
 from .layout import check_budget_range, layout_layers
 from .registry import register
 
@@ -166,23 +166,31 @@ def power_law_for_speedup(
     return best
 
 
-@register("early_exit", method="early exit")
+@register("early_exit", method="early exit", settings=("exit_layers",))
 def _build_early_exit(
     cfg: Mapping, num_layers: int, expected_length: int | None
 ) -> EarlyExitSchedule:
-    k = cfg.get("exit_layers") or layers_for_speedup(num_layers, cfg.get("target_speedup"))
-    return EarlyExitSchedule(num_layers, int(k))
+    k = setting(cfg, "exit_layers", int, "a layer count (an integer)", None)
+    if k is None:  # unset: from the target speedup (0 is refused by the schedule, not ignored)
+        k = layers_for_speedup(num_layers, cfg.get("target_speedup"))
+    return EarlyExitSchedule(num_layers, k)
 
 
-@register("unified", method="unified skip")
+@register("unified", method="unified skip", settings=("keep_layers", "layers"))
 def _build_unified(
     cfg: Mapping, num_layers: int, expected_length: int | None
 ) -> UnifiedSkipSchedule:
-    k = cfg.get("keep_layers") or layers_for_speedup(num_layers, cfg.get("target_speedup"))
-    return UnifiedSkipSchedule(num_layers, int(k))
+    k = setting(cfg, "keep_layers", int, "a layer count (an integer)", None)
+    if k is None:  # unset: from the target speedup (0 is refused by the schedule, not ignored)
+        k = layers_for_speedup(num_layers, cfg.get("target_speedup"))
+    return UnifiedSkipSchedule(num_layers, k)
 
 
-@register("power_law", method="power law")
+@register(
+    "power_law",
+    method="power law",
+    settings=("warmup_layers", "alpha", "max_layers", "min_layers", "expected_length"),
+)
 def _build_power_law(
     cfg: Mapping, num_layers: int, expected_length: int | None
 ) -> PowerLawSchedule:
@@ -198,6 +206,6 @@ def _build_power_law(
     return power_law_for_speedup(L, float(s), int(n), w)
 
 
-@register("full", method="full")
+@register("full", method="full", settings=())
 def _build_full(cfg: Mapping, num_layers: int, expected_length: int | None) -> FullSchedule:
     return FullSchedule(num_layers)

@@ -265,7 +265,11 @@ def calibrate_calm_threshold(
     return best
 
 
-@register("calm", method="CALM")
+@register(
+    "calm",
+    method="CALM",
+    settings=("threshold", "check_every", "min_exit_layers", "allow_batching"),
+)
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> CALMSchedule:
     threshold, s = cfg.get("threshold"), cfg.get("target_speedup")
     if threshold is None and s is None:

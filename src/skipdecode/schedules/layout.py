@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .base import ScheduleError, StaticSchedule, require, round_half_up
+from .base import ScheduleError, StaticSchedule, require, round_half_up, setting
 from .registry import register
 
 __all__ = [
@@ -241,19 +241,24 @@ def linear_for_speedup(
     )
 
 
-@register("linear", method="skipdecode")
+@register(
+    "linear",
+    method="skipdecode",
+    settings=("warmup_layers", "max_layers", "min_layers", "decay_tokens"),
+)
 def _build_linear(cfg: Mapping, num_layers: int, expected_length: int | None) -> LinearSchedule:
     """``{name: linear, warmup_layers, max_layers, min_layers, decay_tokens}``."""
+    layers = "a layer count (an integer)"
     return LinearSchedule(
         num_layers,
-        warmup_layers=int(cfg["warmup_layers"]),
-        max_layers=int(cfg["max_layers"]),
-        min_layers=int(cfg["min_layers"]),
-        decay_tokens=int(cfg["decay_tokens"]),
+        warmup_layers=setting(cfg, "warmup_layers", int, layers),
+        max_layers=setting(cfg, "max_layers", int, layers),
+        min_layers=setting(cfg, "min_layers", int, layers),
+        decay_tokens=setting(cfg, "decay_tokens", int, "a number of generated tokens"),
     )
 
 
-@register("budgets", method="skipdecode")
+@register("budgets", method="skipdecode", settings=("budgets", "warmup_layers"))
 def _build_budgets(cfg: Mapping, num_layers: int, expected_length: int | None) -> BudgetSchedule:
     """``{name: budgets, budgets: [b0, b1, ...], warmup_layers?}``: explicit per-step budgets,
     the last one held; ``budgets: [b]`` is a constant budget (e.g. a lossless-mode draft)."""
@@ -264,10 +269,11 @@ def _build_budgets(cfg: Mapping, num_layers: int, expected_length: int | None) -
         budgets,
         "a non-empty list of layer counts, e.g. [8]",
     )
-    return BudgetSchedule(num_layers, int(cfg.get("warmup_layers", 1)), list(budgets))
+    warmup = setting(cfg, "warmup_layers", int, "a layer count (an integer)", 1)
+    return BudgetSchedule(num_layers, warmup, list(budgets))
 
 
-@register("target", method="skipdecode")
+@register("target", method="skipdecode", settings=("warmup_layers", "spread", "expected_length"))
 def _build_target(cfg: Mapping, num_layers: int, expected_length: int | None) -> LinearSchedule:
     """``{name: target, target_speedup, warmup_layers?, spread?, expected_length?, lengths?}``:
     built for the model at hand; ``expected_length`` defaults to the caller's (the dataset's
@@ -282,9 +288,9 @@ def _build_target(cfg: Mapping, num_layers: int, expected_length: int | None) ->
         )
     return linear_for_speedup(
         num_layers,
-        target_speedup=float(cfg["target_speedup"]),
+        target_speedup=setting(cfg, "target_speedup", float, "a number >= 1, e.g. 2"),
         expected_length=int(n),
-        warmup_layers=int(cfg.get("warmup_layers", 1)),
-        spread=float(cfg.get("spread", 0.5)),
+        warmup_layers=setting(cfg, "warmup_layers", int, "a layer count (an integer)", 1),
+        spread=setting(cfg, "spread", float, "a number in [0, 1]", 0.5),
         lengths=fitted if isinstance(fitted, (list, tuple)) else None,
     )

@@ -124,7 +124,11 @@ class RandomizedSchedule(Schedule):
         }
 
 
-@register("randomized", method="budget-randomized")
+@register(
+    "randomized",
+    method="budget-randomized",
+    settings=("draws", "weights", "distill_weight", "validation"),
+)
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> RandomizedSchedule:
     configs = cfg.get("draws")
     require(

@@ -2,12 +2,15 @@
 
 A schedule module registers a builder for each name it owns::
 
-    @register("early_exit", method="early exit")
+    @register("early_exit", method="early exit", settings=("exit_layers",))
     def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedule: ...
 
 ``cfg`` is the ``schedule`` config (a mapping with ``name``); ``expected_length`` is the
 expected generation length in tokens (the dataset's median target length) for schedules that
 are built from a target speedup. ``method`` is the label tables and plots use for the name.
+``settings`` are the keys the builder reads, and those its schedule's ``describe()`` writes (a
+checkpoint's schedule is built again from them); with :data:`COMMON_SETTINGS` they are all a
+config may hold, so a misspelt key (``warmpu_layers``) is refused by name, never ignored.
 """
 
 from __future__ import annotations
@@ -17,30 +20,58 @@ from dataclasses import dataclass
 
 from .base import Schedule, ScheduleError
 
-__all__ = ["register", "build_schedule", "schedule_names", "method_label", "LENGTH_RULES"]
+__all__ = [
+    "COMMON_SETTINGS",
+    "LENGTH_RULES",
+    "build_schedule",
+    "method_label",
+    "register",
+    "schedule_names",
+]
 
 Builder = Callable[[Mapping, int, "int | None"], Schedule]
+
+
+#: Keys every schedule config may hold: its name, the model's layer count it was made for, the
+#: length rule, and the speedup it was built for (on an explicit plan, the label tables read).
+COMMON_SETTINGS: tuple[str, ...] = ("name", "num_layers", "lengths", "target_speedup")
 
 
 @dataclass(frozen=True)
 class _Entry:
     build: Builder
     method: str
+    settings: tuple[str, ...] | None  # None: not checked (a builder registered without them)
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
-def register(name: str, method: str) -> Callable[[Builder], Builder]:
-    """Register ``builder`` as ``schedule.name=<name>``, labelled ``method`` in tables."""
+def register(
+    name: str, method: str, settings: Sequence[str] | None = None
+) -> Callable[[Builder], Builder]:
+    """Register ``builder`` as ``schedule.name=<name>``, labelled ``method`` in tables, reading
+    ``settings`` beside :data:`COMMON_SETTINGS` (module doc; None: any key passes)."""
 
     def wrap(builder: Builder) -> Builder:
         if name in _REGISTRY and _REGISTRY[name].build is not builder:
             raise ValueError(f"schedule name {name!r} is registered twice")
-        _REGISTRY[name] = _Entry(builder, method)
+        _REGISTRY[name] = _Entry(builder, method, None if settings is None else tuple(settings))
         return builder
 
     return wrap
+
+
+def _check_settings(cfg: Mapping, name: str, entry: _Entry) -> None:
+    if entry.settings is None:
+        return
+    allowed = sorted({*COMMON_SETTINGS, *entry.settings})
+    unknown = sorted(str(k) for k in cfg if k not in allowed)
+    if unknown:
+        raise ScheduleError(
+            f"{', '.join(f'schedule.{k}' for k in unknown)} is not a setting of "
+            f"schedule.name={name}; allowed: {', '.join(allowed)}"
+        )
 
 
 def schedule_names() -> tuple[str, ...]:
@@ -103,4 +134,5 @@ def build_schedule(
         raise ScheduleError(
             f"schedule.name={name!r} is not known; choose one of {schedule_names()}"
         )
+    _check_settings(cfg, str(name), entry)
     return entry.build(cfg, num_layers, expected_length)

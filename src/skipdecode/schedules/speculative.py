@@ -261,7 +261,20 @@ class SpeculativeSchedule(Schedule):
         }
 
 
-@register("speculative", method="speculative")
+@register(
+    "speculative",
+    method="speculative",
+    settings=(
+        "draft",
+        "k",
+        "threshold",
+        "recipe",
+        "draft_weight",
+        "draft_vocab",
+        "auto_off",
+        "draft_target",
+    ),
+)
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedule:
     draft_cfg = cfg.get("draft")
     require(
