@@ -22,6 +22,7 @@ __all__ = [
     "run_id",
     "ConfigError",
     "close_wandb",
+    "flag",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,14 @@ def config_dir() -> Path:
 
 class ConfigError(ValueError):
     """A config cannot be resolved; the message names the key to set."""
+
+
+def flag(value: Any, setting: str) -> bool:
+    """A true/false setting as given: ``no``, ``0`` or ``"false"`` is refused by name, never
+    read as Python's truth (``bool("no")`` is True)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{setting}={value!r} is not allowed; allowed: true or false")
+    return value
 
 
 def resolve_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:

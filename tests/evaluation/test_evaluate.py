@@ -243,6 +243,19 @@ def test_bertscore_model_not_available_offline_fails_fast(model_dir, tmp_path, m
     assert not (tmp_path / "record.json").exists()  # failed before generating
 
 
+@pytest.mark.parametrize(
+    "setting, value", [("eval.generation.do_sample", "no"), ("eval.generation.sort_by_length", "0")]
+)
+def test_a_true_false_setting_given_another_word_is_refused(model_dir, tmp_path, setting, value):
+    """``do_sample=no`` is the string 'no', which Python reads as true: refused by name, never
+    turned into sampling."""
+    from skipdecode.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"{setting}='{value}' is not allowed; allowed: true"):
+        evaluate(_cfg(model_dir, tmp_path, f"{setting}='{value}'"))
+    assert not (tmp_path / "record.json").exists()
+
+
 def test_hydra_interpolation_outside_hydra_is_a_clear_error(model_dir):
     cfg = compose("evaluate", [f"checkpoint={model_dir}"])
     with pytest.raises(EvaluationError, match="output_dir"):

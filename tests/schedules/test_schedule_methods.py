@@ -319,6 +319,8 @@ def test_a_misspelt_missing_or_mistyped_setting_is_refused_by_name():
         build_schedule(
             {"name": "linear", "warmup_layers": 1, "max_layers": 6, "decay_tokens": 8}, L
         )
+    with pytest.raises(ScheduleError, match=r"schedule\.allow_batching='no' is not allowed"):
+        build_schedule({"name": "calm", "threshold": 0.9, "allow_batching": "no"}, L)
     with pytest.raises(ScheduleError, match=r"schedule\.exit_layers=0 is not allowed"):
         build_schedule({"name": "early_exit", "exit_layers": 0}, L)  # 0 is not "unset"
     with pytest.raises(ScheduleError, match=r"schedule\.keep_layers=0 is not allowed"):

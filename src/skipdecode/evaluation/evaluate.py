@@ -25,7 +25,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
-from ..config import ConfigError, config_dir, resolve_config
+from ..config import ConfigError, config_dir, flag, resolve_config
 from ..core.engine import SkipDecoder
 from ..core.options import DecodeOptions, DecodeOptionsError
 from ..data.datasets import get_task, median_target_length
@@ -238,7 +238,8 @@ def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     prompt_ids, truncated = encode_prompts(
         s.decoder.tokenizer, s.task, [ex.source for ex in s.examples], max_source
     )
-    batches = batch_order(prompt_ids, int(gen["batch_size"]), gen.get("sort_by_length", True))
+    by_length = flag(gen.get("sort_by_length", True), "eval.generation.sort_by_length")
+    batches = batch_order(prompt_ids, int(gen["batch_size"]), by_length)
 
     speed_cfg = ev.get("speed") or {}
     baseline, base_schedule, refs = speed_settings(speed_cfg, s.schedule, s.decoder)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import flag
 from ..core.costs import step_cost_split
 from ..core.engine import SkipDecoder
 from ..core.prompts import special_ids
@@ -164,7 +165,7 @@ def generate_all(
     main = SpeedTotals(decoder.num_layers)
     base = SpeedTotals(decoder.num_layers) if baseline is not None else None
     kwargs = dict(
-        do_sample=bool(gen["do_sample"]),
+        do_sample=flag(gen["do_sample"], "eval.generation.do_sample"),
         temperature=float(gen["temperature"]),
         top_p=float(gen["top_p"]),
     )

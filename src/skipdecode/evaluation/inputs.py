@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..config import flag
 from ..core.context import ContextError, check_context, context_record, evaluation_demand
 from ..core.engine import SkipDecoder
 from ..data.collate import encode_prompt, left_pad
@@ -165,7 +166,9 @@ def calibrate(
     pad_id = decoder.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else decoder.tokenizer.eos_token_id
     order = batch_order(
-        prompts, int(generation["batch_size"]), bool(generation.get("sort_by_length", True))
+        prompts,
+        int(generation["batch_size"]),
+        flag(generation.get("sort_by_length", True), "eval.generation.sort_by_length"),
     )
     batches = [left_pad([prompts[i] for i in rows], pad_id) for rows in order]
     tuned, info = schedule.calibrate(

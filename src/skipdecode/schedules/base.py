@@ -68,6 +68,13 @@ def require(ok: bool, key: str, value: object, allowed: str) -> None:
 _REQUIRED = object()
 
 
+def setting_flag(cfg: Mapping, key: str, default: bool = False) -> bool:
+    """``cfg[key]`` as given, true or false (``no`` is refused, not read as true)."""
+    value = cfg.get(key, default)
+    require(isinstance(value, bool), key, value, "true or false")
+    return value
+
+
 def setting(cfg: Mapping, key: str, kind: type, allowed: str, default: Any = _REQUIRED) -> Any:
     """``cfg[key]`` as ``kind`` (``int`` or ``float``; a whole float is an ``int``), or
     ``default`` where absent; a missing required key or a value of another kind is refused,

@@ -34,6 +34,7 @@ from .base import (
     StaticSchedule,
     batched_speedup,
     require,
+    setting_flag,
 )
 from .baselines import FullSchedule
 from .registry import register
@@ -282,6 +283,6 @@ def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> CALMSc
         None if threshold is None else float(threshold),
         int(cfg.get("check_every", 1)),
         int(cfg.get("min_exit_layers", 1)),
-        bool(cfg.get("allow_batching", False)),
+        setting_flag(cfg, "allow_batching", False),
         None if s is None else float(s),
     )

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..config import flag
 from ..models.shapes import SHAPES, build_random_model
 
 __all__ = [
@@ -273,7 +274,10 @@ def plan_run(
         devices=devices,
         batch=batch,
         seq_len=seq_len,
-        checkpointing=bool(model_cfg.get("gradient_checkpointing", False)) or fsdp_ckpt,
+        checkpointing=flag(
+            model_cfg.get("gradient_checkpointing", False), "model.gradient_checkpointing"
+        )
+        or fsdp_ckpt,
     )
 
 

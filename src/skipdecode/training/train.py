@@ -23,7 +23,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import config_dir, instantiate_callbacks, instantiate_loggers, task_wrapper
+from ..config import (
+    config_dir,
+    flag,
+    instantiate_callbacks,
+    instantiate_loggers,
+    task_wrapper,
+)
 from ..core.context import (
     Demand,
     check_context,
@@ -259,7 +265,7 @@ def _finish(
     best = _best_checkpoint(trainer, output_dir, fit_started)
     export_dir = None
     if trainer.is_global_zero:
-        if cfg.get("export", True) and best:
+        if flag(cfg.get("export", True), "export") and best:
             export_dir = str(export_checkpoint(best, output_dir / "export", metrics=metrics))
             log.info("exported %s -> %s", best, export_dir)
         record = {"metrics": metrics, "best_ckpt": best, "export_dir": export_dir, **run_info}
@@ -299,7 +305,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
         scheduler=_container(cfg.get("scheduler")),
         expected_length=datamodule.expected_length,
         dataset=dataset_cfg,
-        validate_full=bool(cfg.module.get("validate_full", True)),
+        validate_full=flag(cfg.module.get("validate_full", True), "module.validate_full"),
         tokenizer=tokenizer,
         validation_lengths=datamodule.validation_lengths,
     )

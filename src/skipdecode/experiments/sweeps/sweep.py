@@ -29,7 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ...config import close_wandb, config_dir, resolve_config
+from ...config import close_wandb, config_dir, flag, resolve_config
 from ...evaluation.evaluate import evaluate
 from ...evaluation.record import RECORD_FILE
 from ...io import read_json_or_none, write_json_atomic
@@ -225,7 +225,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         cell.update(labels, cell_id=cell_id, cell_dir=str(cell_dir))
         write_json_atomic(job_dir / CELL_FILE, cell)
         cell_dir.mkdir(parents=True, exist_ok=True)
-        reuse = bool(sw.get("reuse", True))
+        reuse = flag(sw.get("reuse", True), "sweep.reuse")
         asked = time.perf_counter()
         # one process per cell at a time: a parallel cell with the same trained model (same
         # training config, another evaluation) waits, then reuses it
