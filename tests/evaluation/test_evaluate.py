@@ -256,6 +256,15 @@ def test_a_true_false_setting_given_another_word_is_refused(model_dir, tmp_path,
     assert not (tmp_path / "record.json").exists()
 
 
+@pytest.mark.parametrize("value", ["2.5", "-1", "'4'"])
+def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path, value):
+    """``eval.limit=2.5`` once evaluated the whole split; now it, a negative limit and a
+    string are refused by name, before anything is decoded."""
+    with pytest.raises(ValueError, match=r"eval\.limit=.* is not allowed; allowed: null"):
+        evaluate(_cfg(model_dir, tmp_path, f"eval.limit={value}"))
+    assert not (tmp_path / "record.json").exists()
+
+
 def test_hydra_interpolation_outside_hydra_is_a_clear_error(model_dir):
     cfg = compose("evaluate", [f"checkpoint={model_dir}"])
     with pytest.raises(EvaluationError, match="output_dir"):

@@ -99,6 +99,9 @@ def test_missing_columns_and_empty_split(tmp_path: Path) -> None:
     cfg = make_cfg(tmp_path, ["dataset.limit_train=0"])
     with pytest.raises(EmptySplitError, match="split 'train' is empty"):
         train(cfg)
+    ds = dataset_settings(OmegaConf.to_container(make_cfg(tmp_path).dataset, resolve=True))
+    with pytest.raises(ValueError, match=r"dataset\.limit_validation=2\.5 is not allowed"):
+        load_examples({**ds, "limit_validation": 2.5}, "validation")  # not "every input"
 
 
 def test_long_targets_counted_reported_or_rejected(tmp_path: Path) -> None:

@@ -45,12 +45,21 @@ def group_by_source(examples: Iterable[Example]) -> list[Example]:
     ]
 
 
+def check_limit(limit: object, setting: str = "limit") -> int | None:
+    """``limit`` as a count of sources: null or an integer >= 0 (``2.5`` or ``"4"`` is refused,
+    named by ``setting``, never read as "no limit")."""
+    ok = limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0)
+    if not ok:
+        raise ValueError(
+            f"{setting}={limit!r} is not allowed; allowed: null (every input) or an integer >= 0"
+        )
+    return limit  # type: ignore[return-value]
+
+
 def limit_sources(examples: list[Example], limit: int | None) -> list[Example]:
     """Keep the examples of the first ``limit`` distinct sources (all their references)."""
-    if limit is None:
+    if check_limit(limit) is None:
         return examples
-    if limit < 0:
-        raise ValueError(f"limit must be a non-negative integer or None, got limit={limit}")
     kept: set[str] = set()
     out = []
     for example in examples:

@@ -29,6 +29,7 @@ from ..config import ConfigError, config_dir, flag, resolve_config
 from ..core.engine import SkipDecoder
 from ..core.options import DecodeOptions, DecodeOptionsError
 from ..data.datasets import get_task, median_target_length
+from ..data.examples import check_limit
 from ..io import write_json_atomic, write_jsonl_atomic
 from ..progress import progress_setting
 from ..schedules import Schedule
@@ -119,7 +120,7 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     split = ev.get("split") or "test"
     metrics = metric_settings(ev.get("metrics") or {}, task)
     check_metric_assets(metrics)  # before the (long) generation
-    examples = load_examples(settings, split, ev.get("limit"))
+    examples = load_examples(settings, split, check_limit(ev.get("limit"), "eval.limit"))
 
     tokenizer = lm.tokenizer
     if tokenizer.pad_token_id is None:

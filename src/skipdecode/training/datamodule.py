@@ -22,6 +22,7 @@ from ..data import (
     median_target_length,
     target_lengths,
 )
+from ..data.examples import check_limit
 from .resumable import RankShare, ResumableSampler, order_state
 
 __all__ = ["load_examples", "SkipDataModule", "dataset_settings"]
@@ -57,7 +58,7 @@ def dataset_settings(cfg: Mapping) -> dict[str, Any]:
 
 def load_examples(cfg: Mapping, split: str) -> list[Example]:
     """``load_split`` with the settings of the ``dataset`` config; errors name ``dataset.*``."""
-    limit = cfg.get(f"limit_{split}")
+    limit = check_limit(cfg.get(f"limit_{split}"), f"dataset.limit_{split}")
     try:
         return load_split(
             cfg["name"],
