@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "skipdecode"
 #: Rooms from the bottom of the data flow to the top; a module may import its own room and the
 #: rooms below it. ``shared`` is the top-level utility modules every room may use.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("shared",),  # config, io, locks, manifest, paths, progress, provenance
+    ("shared",),  # arguments, config, io, locks, manifest, paths, progress, provenance
     ("core",),
     ("schedules", "models", "data"),
     ("training",),
@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("experiments",),
     ("entry",),  # the package root and the thin `python -m skipdecode.<x>` modules
 )
-SHARED = {"config", "io", "locks", "manifest", "paths", "progress", "provenance"}
+SHARED = {"arguments", "config", "io", "locks", "manifest", "paths", "progress", "provenance"}
 ENTRY = {
     "__init__",
     "train",

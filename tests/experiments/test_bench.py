@@ -429,6 +429,25 @@ def test_decode_bench_refuses_plan_graphs_without_compile(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # refused before anything is written
 
 
+@pytest.mark.parametrize(
+    "option, value, refusal",
+    [
+        ("--repeats", "0", "argument --repeats: 0 is not allowed (an integer >= 1)"),
+        ("--speedups", "0", "argument --speedups: 0 is not allowed (an integer >= 1)"),
+        ("--new-tokens", "x", "argument --new-tokens: 'x' is not an integer"),
+        ("--batch-sizes", "-2", "argument --batch-sizes: -2 is not allowed (an integer >= 1)"),
+    ],
+)
+def test_decode_bench_refuses_a_count_out_of_range_by_option(
+    tmp_path, capsys, option, value, refusal
+):
+    """Once ``--repeats 0`` crashed after the model was built (an empty list's first item)."""
+    with pytest.raises(SystemExit):
+        main(["--shapes", "tiny", option, value, "--no-floor", "--out", str(tmp_path)])
+    assert refusal in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
 def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_timed(tmp_path):
     """``--cuda-graphs`` (the dry run of make bench-gpu on a CPU): the ``-graphs`` variants
     beside the compiled ones (the eager path times the full schedule only), warmed up twice;

@@ -282,9 +282,6 @@ def main(argv: list[str] | None = None) -> None:
     for s in args.shapes:
         if s not in SHAPES:
             p.error(f"--shapes: {s!r} is not known; choose from {sorted(SHAPES)}")
-    for b in args.batch_sizes:
-        if b < 1:
-            p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
     plan_graphs = decode_options_of(p, args).compile_graph == "plan"
     lossless_ks = tuple(args.lossless_ks)
     if lossless_ks and not args.cuda_graphs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...arguments import at_least
 from .bench_tables import add_plan_graphs_option, add_run_options
 
 __all__ = ["SPEEDUPS", "bench_parser"]
@@ -20,11 +21,11 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
     )
     p.add_argument("--mode", choices=["decode", "train"], default="decode")
     p.add_argument("--shapes", nargs="+", default=["opt-1.3b", "smollm2-135m", "tiny"])
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
-    p.add_argument("--prompt-len", type=int, default=64)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--speedups", nargs="+", type=int, default=list(SPEEDUPS))
+    p.add_argument("--batch-sizes", nargs="+", type=at_least(1), default=[1, 8, 32])
+    p.add_argument("--prompt-len", type=at_least(1), default=64)
+    p.add_argument("--new-tokens", type=at_least(1), default=32)
+    p.add_argument("--repeats", type=at_least(1), default=3)
+    p.add_argument("--speedups", nargs="+", type=at_least(1), default=list(SPEEDUPS))
     p.add_argument(
         "--compile",
         action="store_true",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...arguments import at_least
 from .bench_tables import add_plan_graphs_option, add_run_options
 from .bench_workloads import CHAT_PROMPTS, WORKLOADS
 
@@ -18,11 +19,11 @@ def parser(description: str) -> argparse.ArgumentParser:
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--model", type=Path, default=None, help="model dir (default: SmolLM2)")
-    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
-    p.add_argument("--ks", nargs="+", type=int, default=[2, 4, 6])
-    p.add_argument("--draft-speedup", type=float, default=2.0)
-    p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch-sizes", nargs="+", type=at_least(1), default=[1, 8, 32])
+    p.add_argument("--ks", nargs="+", type=at_least(1), default=[2, 4, 6])
+    p.add_argument("--draft-speedup", type=at_least(1, float), default=2.0)
+    p.add_argument("--new-tokens", type=at_least(1), default=48)
+    p.add_argument("--repeats", type=at_least(1), default=3)
     p.add_argument(
         "--draft-budgets",
         nargs="*",
@@ -33,7 +34,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=WORKLOADS, default="chat", help="what is decoded")
     p.add_argument(
         "--prompts",
-        type=int,
+        type=at_least(1),
         default=len(CHAT_PROMPTS),
         help=f"the first N prompts of the workload (chat: 1-{len(CHAT_PROMPTS)})",
     )
@@ -90,7 +91,8 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def check_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuses, by option, a draft vocabulary, draft budget, k or batch size out of range.
+    """Refuses, by option, a draft vocabulary or draft budget out of range (counts, k and batch
+    sizes are refused by their types, :func:`skipdecode.arguments.at_least`).
     Returns nothing."""
     for n in args.draft_vocabs:
         if n < 1:
@@ -100,12 +102,6 @@ def check_counts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for b in args.draft_budgets:
         if b < 2:
             p.error(f"--draft-budgets: {b} is not allowed (layers >= 2: warm-up and top)")
-    for k in args.ks:
-        if k < 1:
-            p.error(f"--ks: {k} is not allowed (k >= 1)")
-    for b in args.batch_sizes:
-        if b < 1:
-            p.error(f"--batch-sizes: {b} is not allowed (must be >= 1)")
 
 
 def check_drafts(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -25,6 +25,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ...arguments import at_least, fraction
+
 __all__ = [
     "PEAK_KEY",
     "begin_cell",
@@ -114,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         help="where no cell has a measured peak yet: the memory plan of this experiment "
         "(skipdecode.training.memory, at its configured maximum lengths) stands in for one",
     )
-    p.add_argument("--default-peak-gib", type=float, default=16.0)
-    p.add_argument("--overhead-gib", type=float, default=1.0)
-    p.add_argument("--headroom", type=float, default=0.9)
-    p.add_argument("--max-jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--default-peak-gib", type=at_least(0.001, float), default=16.0)
+    p.add_argument("--overhead-gib", type=at_least(0, float), default=1.0)
+    p.add_argument("--headroom", type=fraction, default=0.9)
+    # never 0 or -1: the Makefile hands the answer to joblib, where -1 means every core
+    p.add_argument("--max-jobs", type=at_least(1), default=os.cpu_count() or 1)
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--verbose", action="store_true", help="explain the choice on stderr")
     args = p.parse_args(argv)
