@@ -239,9 +239,16 @@ def test_tables_name_the_cells_whose_record_keeps_no_diff(tmp_path):
     assert "no diff" not in (sweep / "cells.md").read_text()
 
 
-def test_aggregate_missing_dir(tmp_path):
+def test_aggregate_missing_dir(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         collect(tmp_path / "nope")
+    from skipdecode.experiments.sweeps.aggregate import main as aggregate_main
+
+    for given in (tmp_path / "nope", tmp_path):  # missing, and a folder of no sweep
+        with pytest.raises(SystemExit):
+            aggregate_main([str(given)])
+        assert f"sweep_dir {str(given)!r} holds no <job>/cell.json" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # no empty tables written into it
 
 
 def test_cell_identity_tracks_training_config_only():

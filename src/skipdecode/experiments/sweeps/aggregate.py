@@ -17,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .identity import CELL_FILE
 from .matched import write_matched
 from .plots import plot_sweep
 from .publish import publish, restore
 from .samples import write_samples
 from .seeds import summarize_seeds
-from .table import COLUMNS, RESULT_COLUMNS, collect, num, write_tables
+from .table import COLUMNS, PLAN_FILE, RESULT_COLUMNS, collect, num, write_tables
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args.sweep_dir) > 1 and not args.publish:
         parser.error(f"{len(args.sweep_dir)} sweep directories given: several only with --publish")
     sweep_dir = args.sweep_dir[0]
+    for given in args.sweep_dir:  # never tables written into a mistyped folder
+        folder = Path(given)
+        if not folder.is_dir() or not (
+            any(folder.glob(f"*/{CELL_FILE}")) or (folder / PLAN_FILE).is_file()
+        ):
+            parser.error(
+                f"sweep_dir {given!r} holds no <job>/{CELL_FILE} and no {PLAN_FILE}; give a "
+                "sweep's folder, e.g. outputs/sweep/<sweep.name>, or a results/<folder>"
+            )
     if args.publish:
         sweep_dir = str(
             publish(
