@@ -17,6 +17,7 @@ from skipdecode.io import (
     read_json_or_none,
     read_jsonl,
     read_record,
+    write_bytes_atomic,
     write_json_atomic,
     write_jsonl_atomic,
     write_text_atomic,
@@ -241,3 +242,10 @@ def test_write_text_atomic_and_tolerant_read(tmp_path):
     assert read_json_or_none(tmp_path / "bad.json") is None
     write_json_atomic(tmp_path / "ok.json", {"a": [1, 2]})
     assert read_json_or_none(tmp_path / "ok.json") == {"a": [1, 2]}
+
+
+def test_bytes_are_written_whole_with_no_temporary_left(tmp_path):
+    data = bytes(range(256)) * 3
+    target = write_bytes_atomic(tmp_path / "deep" / "generations.jsonl", data)
+    assert target.read_bytes() == data
+    assert [p.name for p in target.parent.iterdir()] == ["generations.jsonl"]

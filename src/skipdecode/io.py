@@ -29,6 +29,7 @@ __all__ = [
     "write_jsonl_atomic",
     "write_jsonl_gz_atomic",
     "write_text_atomic",
+    "write_bytes_atomic",
     "read_record",
     "read_json_or_none",
     "read_jsonl",
@@ -140,6 +141,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (parents created); returns the path."""
     with _atomic_text_writer(path) as f:
         f.write(text)
+    return Path(path)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (parents created); returns the path."""
+    with _atomic_text_writer(path, binary=True) as f:
+        f.write(data)
     return Path(path)
 
 

@@ -38,7 +38,7 @@ from ..core.context import (
     training_demand,
 )
 from ..data import get_or_train_tokenizer, get_task
-from ..io import write_json_atomic
+from ..io import write_json_atomic, write_text_atomic
 from ..locks import claim_dir
 from ..models.loading import (
     config_context_limit,
@@ -322,7 +322,7 @@ def _train(cfg: DictConfig, output_dir: Path) -> tuple[dict[str, Any], dict[str,
     trainer, ckpt = _trainer(cfg, output_dir, memory.get("total"))
     if trainer.is_global_zero:
         write_json_atomic(output_dir / "run_info.json", run_info)
-        OmegaConf.save(cfg, output_dir / "config_resolved.yaml", resolve=True)
+        write_text_atomic(output_dir / "config_resolved.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         # an earlier fit's peaks are not this one's
         (output_dir / PEAK_FILE).unlink(missing_ok=True)
         (output_dir / CLOCK_FILE).unlink(missing_ok=True)

@@ -23,9 +23,12 @@ def save_figure(fig: Any, path: Path, dpi: int = 120) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=dpi)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        tmp.replace(path)
+    finally:  # a failed save leaves neither a half-written plot nor its temporary
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path
 
 

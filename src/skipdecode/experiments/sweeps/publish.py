@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ...evaluation.load import BUSY_SHARE, timed_busy
-from ...io import read_json_or_none, write_json_atomic, write_text_atomic
+from ...io import read_json_or_none, write_bytes_atomic, write_json_atomic, write_text_atomic
 from ...provenance import diff_missing
 from .account import EARLIER_KEY
 from .identity import CELL_FILE, IDENTITY_FILE, identity_hash, portable_identity
@@ -110,7 +110,11 @@ def publish(
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             target.rename(old)
-            staging.rename(target)
+            try:
+                staging.rename(target)
+            except BaseException:  # the published folder back as it was
+                old.rename(target)
+                raise
             shutil.rmtree(old)
         else:
             staging.rename(target)
@@ -351,9 +355,9 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
         if identity:
             write_json_atomic(eval_dir.parent / IDENTITY_FILE, identity)
         if (job / GZIPPED).is_file():  # whole again, as the evaluation wrote it
-            (eval_dir / GENERATIONS).write_bytes(generations_bytes(job / GZIPPED))
+            write_bytes_atomic(eval_dir / GENERATIONS, generations_bytes(job / GZIPPED))
         elif (job / GENERATIONS).is_file():  # published before generations were gzipped
-            shutil.copy2(job / GENERATIONS, eval_dir / GENERATIONS)
+            write_bytes_atomic(eval_dir / GENERATIONS, (job / GENERATIONS).read_bytes())
         write_json_atomic(eval_dir / RESTORED, {"published": str(published), "job": job.name})
         write_text_atomic(eval_dir / RECORD, (job / RECORD).read_text())  # last: the marker
         written.append(eval_dir / RECORD)
@@ -365,8 +369,8 @@ def _restore_training_evidence(cell: dict[str, Any], job: Path, cell_dir: Path) 
     its validation curve and its training time. Written only where the cell's folder lacks them
     (a cell trained on this machine keeps its own); the training summary says ``restored``, never
     ``ok``, so it is never taken for a trained model to evaluate."""
-    if (job / VAL_CURVE).is_file() and not (cell_dir / VAL_CURVE).is_file():
-        shutil.copy2(job / VAL_CURVE, cell_dir / VAL_CURVE)
+    if (job / VAL_CURVE).is_file() and not (cell_dir / VAL_CURVE).is_file():  # whole or absent
+        write_bytes_atomic(cell_dir / VAL_CURVE, (job / VAL_CURVE).read_bytes())
     if cell.get("train_seconds") is not None and not (cell_dir / TRAIN_DONE).is_file():
         write_json_atomic(
             cell_dir / TRAIN_DONE, {"status": "restored", "seconds": cell["train_seconds"]}
