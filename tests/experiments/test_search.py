@@ -50,12 +50,13 @@ def _cfg(model_dir: Path, tmp: Path, *extra: str):
         (["quality_floor=0.5"], r"quality_floor=0\.5; allowed: a number <= 0"),
         (["metric=meteor"], r"metric='meteor'; allowed: rougeL_max, bleu, bertscore_f1"),
         (["metric=bertscore_f1", "eval.metrics.bertscore.enabled=false"], r"not in the full"),
+        (["search.shape=linear"], r"search\.max_layers=None; search\.shape=linear needs an int"),
     ],
 )
 def test_the_search_refuses_what_it_cannot_evaluate(model_dir, tmp_path, extra, match):
     with pytest.raises(SearchError, match=match):
         search_trial(_cfg(model_dir, tmp_path, *extra))
-    if "eval.split=test" in extra or "quality_floor=0.5" in extra:
+    if "eval.split=test" in extra or "quality_floor=0.5" in extra or "search.shape" in extra[0]:
         assert not (tmp_path / "cache").exists()  # refused before anything was decoded
 
 

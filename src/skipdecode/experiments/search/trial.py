@@ -53,29 +53,45 @@ class SearchError(ValueError):
     """A search setting that cannot work; the message names it and what is allowed."""
 
 
+def _number(search: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
+    """``search.<key>`` as ``kind``; absent, null or of another kind is refused by name (the
+    shape that needs it said), before anything is evaluated."""
+    value = search.get(key, default)
+    whole = isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not (
+        isinstance(value, int) or (isinstance(value, float) and (kind is float or whole))
+    ):
+        what = "an integer (layers)" if kind is int else "a number"
+        raise SearchError(
+            f"search.{key}={value!r}; search.shape={search.get('shape')} needs {what}"
+        )
+    return kind(value)
+
+
 def trial_schedule(search: Mapping[str, Any], expected_length: int | None) -> dict[str, Any]:
     """The schedule config of a trial's parameters (module doc)."""
-    shape, warmup = search.get("shape"), int(search.get("warmup_layers", 1))
+    shape, warmup = search.get("shape"), _number(search, "warmup_layers", int, 1)
     if shape == "target":
         return {
             "name": "target",
-            "target_speedup": float(search["target_speedup"]),
+            "target_speedup": _number(search, "target_speedup", float),
             "warmup_layers": warmup,
-            "spread": float(search.get("spread", 0.5)),
+            "spread": _number(search, "spread", float, 0.5),
         }
     if shape == "power_law":
         return {
             "name": "power_law",
-            "target_speedup": float(search["target_speedup"]),
+            "target_speedup": _number(search, "target_speedup", float),
             "warmup_layers": warmup,
         }
     if shape == "linear":
+        decay = search.get("decay_tokens")
         return {
             "name": "linear",
             "warmup_layers": warmup,
-            "max_layers": int(search["max_layers"]),
-            "min_layers": int(search["min_layers"]),
-            "decay_tokens": int(search.get("decay_tokens") or expected_length or 1),
+            "max_layers": _number(search, "max_layers", int),
+            "min_layers": _number(search, "min_layers", int),
+            "decay_tokens": int(decay) if decay else int(expected_length or 1),
         }
     raise SearchError(f"search.shape={shape!r}; allowed: target, power_law, linear")
 
@@ -126,6 +142,7 @@ def search_trial(cfg: Any) -> tuple[float, float]:
     """The trial's (measured decode speedup, quality difference from full); see module doc."""
     c = resolve_config(cfg)
     metric, floor = _check(c)
+    trial_schedule(c["search"], None)  # its settings refused by name before full is evaluated
     job = Path(str(c["output_dir"]))
     full, full_path = _evaluated(c, None)
     if metric not in (full.get("summary") or {}):
