@@ -165,6 +165,28 @@ def test_presets_follow_the_rule(path: Path):
     )
 
 
+def _presets_script(argv: list[str], monkeypatch) -> None:
+    import importlib.util
+    import sys
+
+    script = CONF.parents[1] / "scripts" / "make_schedule_presets.py"
+    spec = importlib.util.spec_from_file_location("make_schedule_presets", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["make_schedule_presets.py", *argv])
+    module.main()
+
+
+def test_the_preset_script_makes_the_committed_presets_or_writes_none(tmp_path, monkeypatch):
+    _presets_script(["--out", str(tmp_path / "made")], monkeypatch)
+    made = sorted((tmp_path / "made").iterdir())
+    assert [p.name for p in made] == sorted(p.name for p in CONF.glob("skipdecode_*x_*l.yaml"))
+    assert all(p.read_text() == (CONF / p.name).read_text() for p in made)
+    with pytest.raises(SystemExit):  # 3x cannot be met on 24 layers with 8 warm-up layers
+        _presets_script(["--warmup-layers", "8", "--out", str(tmp_path / "none")], monkeypatch)
+    assert not (tmp_path / "none").exists()
+
+
 def test_target_rule_fitted_to_a_length_distribution_meets_its_mean_there():
     """``lengths``: the mean budget per generated token over sequences of those lengths is the
     target within rounding; short and long outputs pull it away from the median-only fit."""
