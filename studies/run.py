@@ -25,7 +25,6 @@ from __future__ import annotations
 import gzip
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,12 +37,22 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from skipdecode.experiments.sweeps.sources import pack_folder
+from skipdecode.io import write_bytes_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = Path(__file__).resolve().parent / "conf"
 #: Files of a training run kept beside a result that used its model.
 TRAINING_RECORD = ("csv/metrics.csv", "run_info.json", "config_resolved.yaml")
 STEP_KINDS = ("train", "run", "keep_training", "keep_record", "require", "study")
+#: Each kind's settings (a mapping): (required, optional). ``run`` may be a list instead.
+STEP_KEYS: dict[str, tuple[set[str], set[str]]] = {
+    "train": ({"run"}, {"experiment", "schedule", "seed", "overrides"}),
+    "run": ({"argv"}, {"creates", "only_if"}),
+    "keep_training": ({"run", "to"}, {"extra"}),
+    "keep_record": ({"run", "to"}, set()),
+    "require": ({"path", "hint"}, set()),
+    "study": ({"name"}, {"overrides", "creates"}),
+}
 
 __all__ = ["StudyError", "compose_study", "describe", "study_names", "steps", "run_study"]
 
@@ -118,10 +127,29 @@ def steps(cfg: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
                 f"step {i} {step!r}: give exactly one of {', '.join(STEP_KINDS)} (and optionally "
                 "foreach)"
             )
+        _check_keys(i, kinds[0], step[kinds[0]])
         loops = step.get("foreach") or {}
         for values in product(*loops.values()):
             names = dict(zip(loops, values, strict=True))
             yield kinds[0], _fill(step[kinds[0]], names)
+
+
+def _check_keys(i: int, kind: str, settings: Any) -> None:
+    """A step's settings hold every key its kind needs and none it does not read (a misspelt
+    ``experiments:`` would otherwise train the default experiment)."""
+    if kind == "run" and isinstance(settings, (list, tuple)):
+        return
+    required, optional = STEP_KEYS[kind]
+    given = set(settings) if isinstance(settings, Mapping) else set()
+    missing, unknown = sorted(required - given), sorted(given - required - optional)
+    if not isinstance(settings, Mapping) or missing or unknown:
+        raise StudyError(
+            f"step {i} {kind}: {settings!r}"
+            + (f" lacks {', '.join(missing)}" if missing else "")
+            + (f" has {', '.join(unknown)}, which it does not read" if unknown else "")
+            + f"; a {kind} step takes {', '.join(sorted(required))} (required)"
+            + (f" and {', '.join(sorted(optional))}" if optional else "")
+        )
 
 
 def _flat(args: Sequence[Any]) -> Iterator[str]:
@@ -204,18 +232,28 @@ def run_study(name: str, overrides: Sequence[str] = (), dry_run: bool = False) -
                 files, to = detail
                 say(f"# keep {len(files)} file(s) in {to}")
                 if not dry_run:
-                    (ROOT / to).mkdir(parents=True, exist_ok=True)
+                    _require_sources(name, files)  # every one, before any is copied
                     for f in files:
-                        shutil.copy2(ROOT / f, ROOT / to / f.name)
+                        write_bytes_atomic(ROOT / to / f.name, (ROOT / f).read_bytes())
             elif what == "record":
                 run, to = detail
                 say(f"# keep {run}/record.json and its generations in {to}")
                 if not dry_run:
-                    (ROOT / to).mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(ROOT / run / "record.json", ROOT / to / "record.json")
+                    _require_sources(name, [run / "record.json", run / "generations.jsonl"])
                     data = (ROOT / run / "generations.jsonl").read_bytes()
-                    (ROOT / to / "generations.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+                    gz = gzip.compress(data, mtime=0)
+                    write_bytes_atomic(ROOT / to / "generations.jsonl.gz", gz)
+                    # the record last: a folder with a record has its generations
+                    write_bytes_atomic(
+                        ROOT / to / "record.json", (ROOT / run / "record.json").read_bytes()
+                    )
                     pack_folder((ROOT / to).parent)  # the folder's shared sources once
             elif what == "study":
                 lines += run_study(detail[0], detail[1], dry_run)
     return lines
+
+
+def _require_sources(study: str, files: Sequence[Path]) -> None:
+    missing = [str(f) for f in files if not (ROOT / f).is_file()]
+    if missing:
+        raise StudyError(f"study {study!r}: nothing kept, {', '.join(missing)} missing")

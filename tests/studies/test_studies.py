@@ -105,6 +105,28 @@ def test_steps_repeat_skip_what_exists_and_keep_a_record(tiny_studies):
     )
 
 
+def test_a_step_with_a_key_it_does_not_read_or_a_missing_source_is_refused(tiny_studies):
+    """A misspelt ``experiments:`` once trained the default experiment; a record kept without
+    its generations once left a published folder with a record alone."""
+    conf = tiny_studies / "conf"
+    (conf / "typo.yaml").write_text("steps:\n  - train: {run: r, experiments: e2e_gemma3}\n")
+    with pytest.raises(
+        StudyError,
+        match=r"step 0 train: .* has experiments, which it does not "
+        r"read; a train step takes run \(required\) and experiment, ",
+    ):
+        run_study("typo", dry_run=True)
+    (conf / "lacks.yaml").write_text("steps:\n  - keep_record: {run: ev}\n")
+    with pytest.raises(StudyError, match=r"step 0 keep_record: .* lacks to"):
+        run_study("lacks", dry_run=True)
+    (conf / "half.yaml").write_text("steps:\n  - keep_record: {run: ev, to: published/ev}\n")
+    (tiny_studies / "ev").mkdir()
+    (tiny_studies / "ev" / "record.json").write_text("{}")
+    with pytest.raises(StudyError, match=r"nothing kept, ev/generations.jsonl missing"):
+        run_study("half")
+    assert not (tiny_studies / "published").exists()
+
+
 def shlex_join(parts: list[str]) -> str:
     import shlex
 
