@@ -249,9 +249,9 @@ def test_bertscore_model_not_available_offline_fails_fast(model_dir, tmp_path, m
 def test_a_true_false_setting_given_another_word_is_refused(model_dir, tmp_path, setting, value):
     """``do_sample=no`` is the string 'no', which Python reads as true: refused by name, never
     turned into sampling."""
-    from skipdecode.config import ConfigError
-
-    with pytest.raises(ConfigError, match=rf"{setting}='{value}' is not allowed; allowed: true"):
+    with pytest.raises(
+        EvaluationError, match=rf"{setting}='{value}' is not allowed; allowed: true"
+    ):
         evaluate(_cfg(model_dir, tmp_path, f"{setting}='{value}'"))
     assert not (tmp_path / "record.json").exists()
 

@@ -650,6 +650,32 @@ def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
     check_eval_step({"sweep": {"keep_steps": [], "eval_step": None}})
 
 
+@pytest.mark.parametrize(
+    "override, refusal",
+    [
+        ("eval.speed.repeats=0", "eval.speed.repeats=0 is not allowed; allowed: an integer >= 1"),
+        ("eval.generation.stop=EOS", "eval.generation.stop='EOS'; allowed: 'eos', 'none'"),
+        ("eval.threads=-1", "eval.threads=-1 is not allowed; allowed: an integer >= 1"),
+        ("eval.speed.references=[loops]", "eval.speed.references=['loops']; allowed: a list"),
+    ],
+)
+def test_an_evaluation_setting_out_of_range_fails_the_cell_before_training(
+    tmp_path, monkeypatch, override, refusal
+):
+    from skipdecode.experiments.sweeps import sweep as sweep_module
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained a cell whose evaluation cannot run")
+
+    monkeypatch.setattr(sweep_module, "train", trained)
+    cfg = compose(
+        "sweep", ["schedule=target_2x", f"sweep.cells_dir={tmp_path / 'cells'}", override]
+    )
+    cell = sweep_module.run_cell(cfg, tmp_path / "sweep" / "0")
+    assert cell["status"] == "failed" and refusal in cell["error"]
+    assert not (tmp_path / "cells").exists()  # refused before the cell's folder was made
+
+
 def test_a_restored_stepped_evaluation_is_reused_without_its_weights(tmp_path):
     """A cell restored from published results has its evaluation record and no checkpoints:
     reusing the evaluation of step 120 needs no weights (the sweep refused it before)."""

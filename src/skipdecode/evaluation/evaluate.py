@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from ..config import ConfigError, config_dir, flag, resolve_config
 from ..core.engine import SkipDecoder
-from ..core.options import DecodeOptions, DecodeOptionsError
+from ..core.options import DecodeOptions
 from ..data.datasets import get_task, median_target_length
 from ..data.examples import check_limit
 from ..io import write_json_atomic, write_jsonl_atomic
@@ -66,6 +66,7 @@ from .record import (
     summarize,
 )
 from .references import speed_settings
+from .settings import check_eval_settings
 from .speed import speed_record
 
 log = logging.getLogger(__name__)
@@ -148,12 +149,6 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
     gen = dict(ev["generation"])
     if gen.get("max_new_tokens") is None:
         gen["max_new_tokens"] = int(task.max_target_tokens)
-    if gen.get("stop") not in ("eos", "none"):
-        raise EvaluationError(f"eval.generation.stop={gen.get('stop')!r}; allowed: 'eos', 'none'")
-    if int(gen["batch_size"]) < 1:
-        raise EvaluationError(
-            f"eval.generation.batch_size={gen['batch_size']}; allowed: an integer >= 1"
-        )
     context = fit_prompts(settings, data_cfg, lm, decoder, task, int(gen["max_new_tokens"]))
     calibration = None
     if schedule.needs_calibration:
@@ -219,14 +214,6 @@ def _check_keys(c: Mapping[str, Any]) -> None:
                 + (f"; moved: {', '.join(hints)}" if hints else "")
                 + f"; allowed under {section or 'the top level'}: {sorted(allowed)}"
             )
-
-
-def _decode_options(ev: Mapping[str, Any]) -> DecodeOptions:
-    """The evaluation's decode options, checked before anything is written."""
-    try:
-        return DecodeOptions.from_config(ev)
-    except DecodeOptionsError as e:
-        raise EvaluationError(str(e)) from e
 
 
 def _evaluate(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -320,7 +307,7 @@ def _start(cfg: DictConfig | Mapping[str, Any]) -> tuple[dict[str, Any], Path, i
         raise EvaluationError(str(e)) from e
     ev = c["eval"]
     _check_keys(c)
-    _decode_options(ev)
+    check_eval_settings(ev)  # every model-free setting, before anything loads
     out_dir = Path(c["output_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     seed = int(c.get("seed", 0))

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from ...config import close_wandb, config_dir, flag, resolve_config
 from ...evaluation.evaluate import evaluate
 from ...evaluation.record import RECORD_FILE
+from ...evaluation.settings import check_eval_settings
 from ...io import read_json_or_none, write_json_atomic
 from ...locks import claim_dir
 from ...models.loading import model_sizes
@@ -214,6 +215,7 @@ def run_cell(cfg: DictConfig, job_dir: Path | None = None) -> dict[str, Any]:
         c = _resolved_without_paths_output(cfg)
         check_cell_context(c)  # training's and evaluation's lengths, before anything is written
         check_eval_step(c)
+        check_eval_settings(c["eval"])  # a mistyped evaluation setting costs no training
         cell_id, ident = cell_identity(c)
         labels = cell_labels(c)
         sw = c.get("sweep") or {}
