@@ -331,6 +331,17 @@ def test_a_misspelt_missing_or_mistyped_setting_is_refused_by_name():
         ).warmup_layers
         == 1
     )  # a whole float is a count
+    from skipdecode.evaluation.record import described_schedule
+
+    made = build_schedule({"name": "target", "target_speedup": 2}, 24, 32)
+    section = {  # a record's schedule: describe() and what the evaluation added beside it
+        **made.describe(),
+        **{"calibration": None, "origin": "checkpoint", "expected_length": 32},
+        "expected_length_source": "skipdecode.json",
+    }
+    with pytest.raises(ScheduleError, match=r"schedule\.calibration, .* is not a setting"):
+        build_schedule(section, 24)
+    assert build_schedule(described_schedule(section), 24).describe() == made.describe()
 
 
 def test_calm_threshold_calibration_moves_toward_target():

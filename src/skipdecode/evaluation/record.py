@@ -17,12 +17,14 @@ import torch
 
 from ..models.assets import MINILM_NUM_LAYERS, minilm_dir
 from ..provenance import provenance
+from ..schedules import schedule_settings
 from .metrics import resolve_bertscore_model
 from .metrics.e2e import E2E_METRICS, require_java
 
 __all__ = [
     "RECORD_FILE",
     "GENERATIONS_FILE",
+    "described_schedule",
     "RECORD_KIND",
     "RECORD_VERSION",
     "MINILM_SENTINEL",
@@ -228,3 +230,14 @@ def log_wandb(
             run.save(str(art_path), base_path=str(out_dir), policy="now")
     finally:
         run.finish()
+
+
+def described_schedule(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's ``schedule`` section as the schedule's config again: without what the
+    evaluation added beside ``describe()`` (its calibration, origin and the expected length it
+    was resolved for, unless the schedule itself takes one)."""
+    desc = {k: v for k, v in section.items() if k not in ("calibration", "origin")}
+    desc.pop("expected_length_source", None)
+    if "expected_length" not in (schedule_settings(desc.get("name")) or ("expected_length",)):
+        desc.pop("expected_length", None)
+    return desc

@@ -21,7 +21,13 @@ from .baselines import EarlyExitSchedule, FullSchedule, PowerLawSchedule, Unifie
 from .calm import CALMSchedule
 from .layout import BudgetSchedule, LinearSchedule, linear_for_speedup
 from .randomized import RandomizedSchedule
-from .registry import build_schedule, method_label, register, schedule_names
+from .registry import (
+    build_schedule,
+    method_label,
+    register,
+    schedule_names,
+    schedule_settings,
+)
 from .speculative import SpeculativeSchedule
 
 __all__ = [
@@ -45,4 +51,5 @@ __all__ = [
     "position_layer_mask",
     "register",
     "schedule_names",
+    "schedule_settings",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "method_label",
     "register",
     "schedule_names",
+    "schedule_settings",
 ]
 
 Builder = Callable[[Mapping, int, "int | None"], Schedule]
@@ -76,6 +77,14 @@ def _check_settings(cfg: Mapping, name: str, entry: _Entry) -> None:
 
 def schedule_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
+
+
+def schedule_settings(name: str | None) -> tuple[str, ...] | None:
+    """Every key a ``name`` schedule's config may hold (None: unknown name, or not checked)."""
+    entry = _REGISTRY.get(str(name))
+    if entry is None or entry.settings is None:
+        return None
+    return tuple(sorted({*COMMON_SETTINGS, *entry.settings}))
 
 
 def method_label(name: str | None) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ...evaluation.record import described_schedule
 from ...io import read_json_or_none
 from ...models.loading import ModelConfigError
 from ...schedules import build_schedule
@@ -83,7 +84,10 @@ def _check_row(f: Findings, where: str, row: dict[str, str], cell: dict[str, Any
         f.compare(where, "planned", row["planned"], calibration.get("theoretical_speedup"))
         planned_on = f"{calibration.get('num_inputs')} {calibration.get('split')} inputs"
         f.compare(where, "planned_on", row["planned_on"], planned_on)
-    schedule = None if calibration else build_schedule(desc, int(desc["num_layers"])).static()
+    built = (
+        None if calibration else build_schedule(described_schedule(desc), int(desc["num_layers"]))
+    )
+    schedule = None if built is None else built.static()
     if schedule is None:  # nothing planned over lengths: those cells stay empty
         empty = (
             ("test_references",) if calibration else ("planned", "planned_on", "test_references")

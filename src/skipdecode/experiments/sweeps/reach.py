@@ -37,6 +37,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ...data.datasets import dataset_options, get_task, load_split, target_lengths
+from ...evaluation.record import described_schedule
 from ...io import read_json_or_none, write_text_atomic
 from ...models.loading import ModelConfigError, load_pretrained_tokenizer, needs_trained_tokenizer
 from ...paths import repo_root
@@ -128,7 +129,7 @@ def _cell_reach(row: Mapping[str, Any]) -> dict[str, Any] | None:
         out["planned"] = calibration.get("theoretical_speedup")
         out["planned_on"] = f"{calibration.get('num_inputs')} {calibration.get('split')} inputs"
         return out
-    schedule = build_schedule(desc, int(desc["num_layers"])).static()
+    schedule = build_schedule(described_schedule(desc), int(desc["num_layers"])).static()
     if schedule is None:
         return out  # no static budget to plan with (the lossless mode)
     validation = _lengths(model, dataset, "validation")
