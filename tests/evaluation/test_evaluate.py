@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -256,13 +257,42 @@ def test_a_true_false_setting_given_another_word_is_refused(model_dir, tmp_path,
     assert not (tmp_path / "record.json").exists()
 
 
-@pytest.mark.parametrize("value", ["2.5", "-1", "'4'"])
-def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path, value):
-    """``eval.limit=2.5`` once evaluated the whole split; now it, a negative limit and a
-    string are refused by name, before anything is decoded."""
-    with pytest.raises(ValueError, match=r"eval\.limit=.* is not allowed; allowed: null"):
-        evaluate(_cfg(model_dir, tmp_path, f"eval.limit={value}"))
+def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path):
+    """``eval.limit=2.5`` once evaluated the whole split; now it is refused by name, before
+    anything is decoded (the other values: the settings check's test below)."""
+    with pytest.raises(ValueError, match=r"eval\.limit=2\.5 is not allowed; allowed: null"):
+        evaluate(_cfg(model_dir, tmp_path, "eval.limit=2.5"))
     assert not (tmp_path / "record.json").exists()
+
+
+@pytest.mark.parametrize(
+    "setting, value, refusal",
+    [
+        ("limit", -1, "eval.limit=-1 is not allowed"),
+        ("limit", "4", "eval.limit='4' is not allowed"),
+        ("threads", -1, "eval.threads=-1 is not allowed; allowed: an integer >= 1"),
+        ("generation.stop", "EOS", "eval.generation.stop='EOS'; allowed: 'eos', 'none'"),
+        ("generation.batch_size", 0, "eval.generation.batch_size=0 is not allowed"),
+        ("generation.do_sample", "no", "eval.generation.do_sample='no' is not allowed"),
+        ("speed.repeats", 0, "eval.speed.repeats=0 is not allowed; allowed: an integer >= 1"),
+        ("speed.warmup_batches", -1, "eval.speed.warmup_batches=-1 is not allowed"),
+        ("speed.timed_batches", 0, "eval.speed.timed_batches=0 is not allowed"),
+        ("speed.baseline", "none", "eval.speed.baseline='none'; allowed: 'full' or null"),
+        ("speed.references", ["loops"], "eval.speed.references=['loops']; allowed: a list"),
+        ("compile", "fast", "compile"),
+    ],
+)
+def test_every_model_free_evaluation_setting_is_checked_by_name(setting, value, refusal):
+    from omegaconf import OmegaConf
+
+    from skipdecode.evaluation.settings import check_eval_settings
+
+    ev = OmegaConf.to_container(compose("evaluate", ["checkpoint=x"]).eval, resolve=True)
+    check_eval_settings(ev)  # the defaults pass
+    section, _, key = setting.rpartition(".")
+    (ev[section] if section else ev)[key] = value
+    with pytest.raises(EvaluationError, match=re.escape(refusal)):
+        check_eval_settings(ev)
 
 
 def test_hydra_interpolation_outside_hydra_is_a_clear_error(model_dir):

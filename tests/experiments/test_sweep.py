@@ -650,18 +650,11 @@ def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
     check_eval_step({"sweep": {"keep_steps": [], "eval_step": None}})
 
 
-@pytest.mark.parametrize(
-    "override, refusal",
-    [
-        ("eval.speed.repeats=0", "eval.speed.repeats=0 is not allowed; allowed: an integer >= 1"),
-        ("eval.generation.stop=EOS", "eval.generation.stop='EOS'; allowed: 'eos', 'none'"),
-        ("eval.threads=-1", "eval.threads=-1 is not allowed; allowed: an integer >= 1"),
-        ("eval.speed.references=[loops]", "eval.speed.references=['loops']; allowed: a list"),
-    ],
-)
-def test_an_evaluation_setting_out_of_range_fails_the_cell_before_training(
-    tmp_path, monkeypatch, override, refusal
-):
+def test_an_evaluation_setting_out_of_range_fails_the_cell_before_training(tmp_path, monkeypatch):
+    """The sweep runs the evaluation's settings check first (every setting it checks:
+    tests/evaluation/test_evaluate.py)."""
+    override = "eval.speed.repeats=0"
+    refusal = "eval.speed.repeats=0 is not allowed; allowed: an integer >= 1"
     from skipdecode.experiments.sweeps import sweep as sweep_module
 
     def trained(*args, **kwargs):
