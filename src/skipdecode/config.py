@@ -23,6 +23,8 @@ __all__ = [
     "ConfigError",
     "close_wandb",
     "flag",
+    "is_number",
+    "count",
 ]
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,26 @@ def flag(value: Any, setting: str) -> bool:
     read as Python's truth (``bool("no")`` is True)."""
     if not isinstance(value, bool):
         raise ConfigError(f"{setting}={value!r} is not allowed; allowed: true or false")
+    return value
+
+
+def is_number(value: Any, kind: type) -> bool:
+    """Whether a config value reads as ``kind`` (``int`` or ``float``): never a bool; an int,
+    or a float where ``kind`` is float or the float is whole (YAML's ``4.0`` layers is 4)."""
+    whole = isinstance(value, float) and value.is_integer()
+    return not isinstance(value, bool) and (
+        isinstance(value, int) or (isinstance(value, float) and (kind is float or whole))
+    )
+
+
+def count(value: Any, setting: str, minimum: int, null: str | None = None) -> Any:
+    """``value`` as given where it is an integer >= ``minimum`` (or null, where ``null`` says
+    what null means); anything else is refused by name with what is allowed."""
+    if value is None and null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        allowed = f"an integer >= {minimum}" + (f", or null ({null})" if null else "")
+        raise ConfigError(f"{setting}={value!r} is not allowed; allowed: {allowed}")
     return value
 
 

@@ -162,7 +162,8 @@ def test_timed_batches_time_a_spread_subset(tmp_path):
     assert timed_batch_indices(9, 3) == {0, 4, 8}  # first, middle, last of the sorted batches
     assert timed_batch_indices(4, 1) == {0} and timed_batch_indices(2, 7) == {0, 1}
     for bad in (0, -1, 1.5, "2", True):
-        with pytest.raises(ValueError, match=r"eval\.speed\.timed_batches=.*null.*>= 1"):
+        refusal = r"eval\.speed\.timed_batches=.* is not allowed; allowed: an integer >= 1"
+        with pytest.raises(ValueError, match=refusal):
             timed_batch_indices(4, bad)
     model = make_exported_dir(tmp_path / "wide", num_layers=8, width=64)
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import flag
+from ..config import count, flag
 from ..core.costs import step_cost_split
 from ..core.engine import SkipDecoder
 from ..core.prompts import special_ids
@@ -154,8 +154,7 @@ def generate_all(
     the others decode once. ``references``: timed in every round of a timed batch too, after the
     pair, for as many tokens as the baseline (keys ``<name>_decode``, ``<name>_prefill``).
     """
-    if repeats < 1:
-        raise ValueError(f"eval.speed.repeats={repeats!r} is not allowed: an integer >= 1")
+    count(repeats, "eval.speed.repeats", 1)
     compared = baseline is not None or references is not None  # else every batch, once
     timed = timed_batch_indices(len(batches), timed_batches if compared else None)
     pad_id = decoder.tokenizer.pad_token_id
@@ -255,12 +254,7 @@ def timed_batch_indices(num_batches: int, timed_batches: int | None) -> set[int]
     evenly spaced from the first to the last (so short and long prompts are both timed)."""
     if timed_batches is None:
         return set(range(num_batches))
-    if isinstance(timed_batches, bool) or not isinstance(timed_batches, int) or timed_batches < 1:
-        raise ValueError(
-            f"eval.speed.timed_batches={timed_batches!r} is not allowed: null (every batch) "
-            "or an integer >= 1"
-        )
-    n = min(timed_batches, num_batches)
+    n = min(count(timed_batches, "eval.speed.timed_batches", 1), num_batches)
     if n == 1:
         return {0}
     return {round(i * (num_batches - 1) / (n - 1)) for i in range(n)}

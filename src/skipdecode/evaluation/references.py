@@ -31,7 +31,6 @@ from ..core.compiled import RECOMPILE_LIMIT
 from ..core.costs import transformers_generate_seconds
 from ..core.fast_loop import FastLoop
 from ..schedules import FullSchedule, Schedule
-from .inputs import EvaluationError
 
 __all__ = ["CACHE_BUCKET", "REFERENCES", "References", "speed_settings"]
 
@@ -93,10 +92,9 @@ def speed_settings(
 ) -> tuple[str | None, Schedule | None, References | None]:
     """From ``eval.speed``: the baseline as recorded (``'full'``, ``'self'`` where the schedule
     is ``full`` itself, or None), the schedule to time against (None: no timed baseline), and
-    the references to time on ``decoder``'s model (None: none)."""
+    the references to time on ``decoder``'s model (None: none). The values were checked by
+    :func:`~skipdecode.evaluation.settings.check_eval_settings` before anything loaded."""
     baseline = speed_cfg.get("baseline")
-    if baseline not in (None, "full"):
-        raise EvaluationError(f"eval.speed.baseline={baseline!r}; allowed: 'full' or null (off)")
     base_schedule = None
     if baseline == "full":
         if schedule.describe().get("name") == "full":
@@ -104,11 +102,6 @@ def speed_settings(
         else:
             base_schedule = FullSchedule(decoder.num_layers)
     names = speed_cfg.get("references") or []
-    listed = isinstance(names, Sequence) and not isinstance(names, str)
-    if not listed or not all(isinstance(n, str) and n in REFERENCES for n in names):
-        raise EvaluationError(
-            f"eval.speed.references={names!r}; allowed: a list of {list(REFERENCES)} (or [])"
-        )
     if not names:
         return baseline, base_schedule, None
     pad_id = decoder.tokenizer.pad_token_id

@@ -11,22 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import ConfigError, flag
+from ..config import ConfigError, count, flag
 from ..core.options import DecodeOptions, DecodeOptionsError
 from ..data.examples import check_limit
 from .inputs import EvaluationError
 from .references import REFERENCES
 
 __all__ = ["check_eval_settings"]
-
-
-def _count(value: Any, setting: str, minimum: int, null: str | None = None) -> None:
-    """``value`` an integer >= ``minimum`` (or null, where ``null`` says what it means)."""
-    if value is None and null:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        allowed = f"an integer >= {minimum}" + (f", or null ({null})" if null else "")
-        raise EvaluationError(f"{setting}={value!r} is not allowed; allowed: {allowed}")
 
 
 def check_eval_settings(ev: Mapping[str, Any]) -> None:
@@ -37,21 +28,21 @@ def check_eval_settings(ev: Mapping[str, Any]) -> None:
         flag(gen.get("do_sample", False), "eval.generation.do_sample")
         flag(gen.get("sort_by_length", True), "eval.generation.sort_by_length")
         DecodeOptions.from_config(ev)
+        count(ev.get("threads"), "eval.threads", 1, "leave torch's as is")
+        count(gen.get("batch_size"), "eval.generation.batch_size", 1)
+        count(gen.get("max_new_tokens"), "eval.generation.max_new_tokens", 1, "the task's")
+        speed = ev.get("speed") or {}
+        count(speed.get("warmup_batches", 1), "eval.speed.warmup_batches", 0)
+        count(speed.get("repeats", 1), "eval.speed.repeats", 1)
+        count(speed.get("timed_batches"), "eval.speed.timed_batches", 1, "every batch")
     except (ConfigError, DecodeOptionsError, ValueError) as e:
         raise EvaluationError(str(e)) from e
-    _count(ev.get("threads"), "eval.threads", 1, "leave torch's as is")
-    _count(gen.get("batch_size"), "eval.generation.batch_size", 1)
-    _count(gen.get("max_new_tokens"), "eval.generation.max_new_tokens", 1, "the task's")
     if gen.get("stop") not in ("eos", "none"):
         raise EvaluationError(f"eval.generation.stop={gen.get('stop')!r}; allowed: 'eos', 'none'")
-    speed = ev.get("speed") or {}
     if speed.get("baseline") not in (None, "full"):
         raise EvaluationError(
             f"eval.speed.baseline={speed.get('baseline')!r}; allowed: 'full' or null (off)"
         )
-    _count(speed.get("warmup_batches", 1), "eval.speed.warmup_batches", 0)
-    _count(speed.get("repeats", 1), "eval.speed.repeats", 1)
-    _count(speed.get("timed_batches"), "eval.speed.timed_batches", 1, "every batch")
     names = speed.get("references") or []
     listed = isinstance(names, Sequence) and not isinstance(names, str)
     if not listed or not all(isinstance(n, str) and n in REFERENCES for n in names):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..config import is_number
 from ..core.loss import token_loss_sums
 from ..core.step import DecodeStep, Speculation, StepResult
 
@@ -86,11 +87,7 @@ def setting(cfg: Mapping, key: str, kind: type, allowed: str, default: Any = _RE
         )
     if value is None and default is None:
         return None
-    whole = isinstance(value, float) and value.is_integer()
-    ok = not isinstance(value, bool) and (
-        isinstance(value, int) or (isinstance(value, float) and (kind is float or whole))
-    )
-    require(ok, key, value, allowed)
+    require(is_number(value, kind), key, value, allowed)
     return kind(value)
 
 

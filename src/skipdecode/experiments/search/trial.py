@@ -32,7 +32,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ...config import resolve_config
+from ...config import is_number, resolve_config
 from ...evaluation.evaluate import evaluate
 from ...evaluation.speed import published_speedups
 from ...io import read_json_or_none, write_json_atomic
@@ -57,10 +57,7 @@ def _number(search: Mapping[str, Any], key: str, kind: type, default: Any = None
     """``search.<key>`` as ``kind``; absent, null or of another kind is refused by name (the
     shape that needs it said), before anything is evaluated."""
     value = search.get(key, default)
-    whole = isinstance(value, float) and value.is_integer()
-    if isinstance(value, bool) or not (
-        isinstance(value, int) or (isinstance(value, float) and (kind is float or whole))
-    ):
+    if not is_number(value, kind):
         what = "an integer (layers)" if kind is int else "a number"
         raise SearchError(
             f"search.{key}={value!r}; search.shape={search.get('shape')} needs {what}"
