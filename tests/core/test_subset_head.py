@@ -98,7 +98,9 @@ def test_sampling_with_a_draft_vocabulary_follows_the_full_models_distribution()
 def test_frequency_ranking_and_bad_settings():
     assert frequency_ranked_vocab([[5, 5, 2], [2, 5, 9]], 3, always=[1]) == [1, 5, 2]
     assert frequency_ranked_vocab([[4, 4]], 5) == [4]  # fewer distinct tokens than asked
-    with pytest.raises(ValueError, match="size"):
+    with pytest.raises(
+        ValueError, match=r"schedule\.draft_vocab=0 is not allowed; allowed: an integer >= 1"
+    ):
         frequency_ranked_vocab([[1]], 0)
     decoder = SkipDecoder(FAMILIES["llama"](num_layers=L))
     with pytest.raises(ValueError, match="outside the vocabulary"):

@@ -275,6 +275,8 @@ def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path):
         ("generation.stop", "EOS", "eval.generation.stop='EOS'; allowed: 'eos', 'none'"),
         ("generation.batch_size", 0, "eval.generation.batch_size=0 is not allowed"),
         ("generation.do_sample", "no", "eval.generation.do_sample='no' is not allowed"),
+        ("calibration.limit", 0, "eval.calibration.limit=0 is not allowed; allowed: an integer"),
+        ("calibration.iterations", 2.5, "eval.calibration.iterations=2.5 is not allowed"),
         ("speed.repeats", 0, "eval.speed.repeats=0 is not allowed; allowed: an integer >= 1"),
         ("speed.warmup_batches", -1, "eval.speed.warmup_batches=-1 is not allowed"),
         ("speed.timed_batches", 0, "eval.speed.timed_batches=0 is not allowed"),
@@ -411,7 +413,7 @@ def test_calibration_uses_every_validation_input_unless_limited(model_dir, tmp_p
         _cfg(model_dir, tmp_path / "3", *fast, "eval.limit=2", "eval.calibration.limit=3")
     )
     assert limited["schedule"]["calibration"]["num_inputs"] == 3
-    with pytest.raises(EvaluationError, match=r"eval.calibration.limit=0; allowed: null"):
+    with pytest.raises(EvaluationError, match=r"eval.calibration.limit=0 is not allowed"):
         evaluate(_cfg(model_dir, tmp_path / "0", *fast, "eval.calibration.limit=0"))
     assert not (tmp_path / "0" / "record.json").exists()
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..config import count, flag
 from .adapters import DecoderAdapter
 from .cache import KVCache
 
@@ -122,10 +123,8 @@ class Speculation:
     auto_off: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"schedule.k={self.k!r} is not allowed: an integer >= 1")
-        if not isinstance(self.auto_off, bool):
-            raise ValueError(f"schedule.auto_off={self.auto_off!r} is not allowed: true or false")
+        count(self.k, "schedule.k", 1)
+        flag(self.auto_off, "schedule.auto_off")
         if self.threshold is not None and not 0.0 < float(self.threshold) < 1.0:
             raise ValueError(
                 f"schedule.threshold={self.threshold!r} is not allowed: null (always draft k "

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from ..config import count
 from .adapters import DecoderAdapter
 
 __all__ = ["SubsetHead", "frequency_ranked_vocab"]
@@ -62,8 +63,7 @@ def frequency_ranked_vocab(
 ) -> list[int]:
     """The ``size`` most frequent token ids of ``sequences`` (ties by id), with ``always``
     (e.g. the EOS ids) included first: the draft vocabulary."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"draft_vocab size={size!r} is not allowed: an integer >= 1")
+    count(size, "schedule.draft_vocab", 1)
     counts = Counter(int(t) for seq in sequences for t in seq)
     ranked = [int(t) for t in dict.fromkeys(always)]
     for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

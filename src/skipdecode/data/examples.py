@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..config import count
+
 
 @dataclass(frozen=True)
 class Example:
@@ -48,12 +50,7 @@ def group_by_source(examples: Iterable[Example]) -> list[Example]:
 def check_limit(limit: object, setting: str = "limit") -> int | None:
     """``limit`` as a count of sources: null or an integer >= 0 (``2.5`` or ``"4"`` is refused,
     named by ``setting``, never read as "no limit")."""
-    ok = limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0)
-    if not ok:
-        raise ValueError(
-            f"{setting}={limit!r} is not allowed; allowed: null (every input) or an integer >= 0"
-        )
-    return limit  # type: ignore[return-value]
+    return count(limit, setting, 0, "every input")
 
 
 def limit_sources(examples: list[Example], limit: int | None) -> list[Example]:

@@ -152,15 +152,10 @@ def calibrate(
     """Tune a schedule that needs it (CALM's threshold, adaptive's sharpness) on *validation*
     prompts, never on the test prompts being scored, batched as the evaluation batches its
     prompts (``generation``'s batch size and length order: a batch shares its budget);
-    returns the tuned schedule and what the tuning found."""
+    returns the tuned schedule and what the tuning found. ``cfg`` (``eval.calibration``) was
+    checked by :func:`~skipdecode.evaluation.settings.check_eval_settings`."""
     split = cfg.get("split", "validation")
-    limit = cfg.get("limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise EvaluationError(
-            f"eval.calibration.limit={limit!r}; allowed: null (every {split} input) or an "
-            "integer >= 1 (the first N inputs)"
-        )
-    examples = load_examples(dict(data_settings), split, limit)
+    examples = load_examples(dict(data_settings), split, cfg.get("limit"))
     max_source = int(data_settings.get("max_source_tokens") or task.max_source_tokens)
     prompts, _ = encode_prompts(decoder.tokenizer, task, [ex.source for ex in examples], max_source)
     pad_id = decoder.tokenizer.pad_token_id
@@ -172,7 +167,7 @@ def calibrate(
     )
     batches = [left_pad([prompts[i] for i in rows], pad_id) for rows in order]
     tuned, info = schedule.calibrate(
-        decoder, batches, int(max_new_tokens), iterations=int(cfg.get("iterations", 8))
+        decoder, batches, int(max_new_tokens), iterations=cfg.get("iterations", 8)
     )
     log.info("%s calibrated on %d %s prompts: %s", schedule.name, len(examples), split, info)
     return tuned, {"split": split, "num_inputs": len(examples), "batches": len(batches), **info}

@@ -2,7 +2,7 @@
 
 ``check_eval_settings(ev)`` refuses, by name with what is allowed, every value of the ``eval``
 config that needs no model to judge: the split's limit, threads, the generation settings, the
-speed settings and the decode options. ``evaluate`` calls it first; a sweep calls it before it
+calibration's limit and iterations, the speed settings and the decode options. ``evaluate`` calls it first; a sweep calls it before it
 trains a cell, so a mistyped evaluation setting costs no training.
 """
 
@@ -31,6 +31,9 @@ def check_eval_settings(ev: Mapping[str, Any]) -> None:
         count(ev.get("threads"), "eval.threads", 1, "leave torch's as is")
         count(gen.get("batch_size"), "eval.generation.batch_size", 1)
         count(gen.get("max_new_tokens"), "eval.generation.max_new_tokens", 1, "the task's")
+        calibration = ev.get("calibration") or {}
+        count(calibration.get("limit"), "eval.calibration.limit", 1, "every input of its split")
+        count(calibration.get("iterations", 8), "eval.calibration.iterations", 1)
         speed = ev.get("speed") or {}
         count(speed.get("warmup_batches", 1), "eval.speed.warmup_batches", 0)
         count(speed.get("repeats", 1), "eval.speed.repeats", 1)

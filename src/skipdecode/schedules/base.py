@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..config import is_number
+from ..config import ConfigError, flag, is_number
 from ..core.loss import token_loss_sums
 from ..core.step import DecodeStep, Speculation, StepResult
 
@@ -71,9 +71,10 @@ _REQUIRED = object()
 
 def setting_flag(cfg: Mapping, key: str, default: bool = False) -> bool:
     """``cfg[key]`` as given, true or false (``no`` is refused, not read as true)."""
-    value = cfg.get(key, default)
-    require(isinstance(value, bool), key, value, "true or false")
-    return value
+    try:
+        return flag(cfg.get(key, default), f"schedule.{key}")
+    except ConfigError as e:
+        raise ScheduleError(str(e)) from None
 
 
 def setting(cfg: Mapping, key: str, kind: type, allowed: str, default: Any = _REQUIRED) -> Any:

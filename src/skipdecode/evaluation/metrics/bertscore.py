@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ...config import ConfigError, count
 from ...progress import progress_enabled
 from .bertscore_compat import minilm_hint, patch_tokenizer_for_bert_score, resolve_bertscore_model
 from .references import MetricSettingError, normalize_references, ref_count_summary
@@ -150,8 +151,10 @@ def _checked_settings(
     """``(device, model_type, num_layers)`` after every setting is checked (named by ``p``)."""
     import torch
 
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise MetricSettingError(f"{p}.batch_size={batch_size!r} is invalid; allowed: int >= 1")
+    try:
+        count(batch_size, f"{p}.batch_size", 1)
+    except ConfigError as e:
+        raise MetricSettingError(str(e)) from None
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif str(device).startswith("cuda") and not torch.cuda.is_available():

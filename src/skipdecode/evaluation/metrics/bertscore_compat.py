@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ...config import ConfigError, count
 from .references import MetricSettingError
 
 __all__ = [
@@ -172,10 +173,10 @@ def resolve_bertscore_model(
                 f"(1..{max_layers if max_layers else 'number of layers'}; 6 for all-MiniLM-L6-v2)"
             )
         num_layers = model2layers[model_type]
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-        raise MetricSettingError(
-            f"{prefix}.num_layers={num_layers!r} is invalid; allowed: a non-negative int or None"
-        )
+    try:
+        count(num_layers, f"{prefix}.num_layers", 0)
+    except ConfigError as e:
+        raise MetricSettingError(str(e)) from None
     if max_layers is not None and num_layers > max_layers:
         raise MetricSettingError(
             f"{prefix}.num_layers={num_layers} exceeds the {max_layers} layers of "
