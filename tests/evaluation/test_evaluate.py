@@ -416,6 +416,9 @@ def test_calibration_uses_every_validation_input_unless_limited(model_dir, tmp_p
     with pytest.raises(EvaluationError, match=r"eval.calibration.limit=0 is not allowed"):
         evaluate(_cfg(model_dir, tmp_path / "0", *fast, "eval.calibration.limit=0"))
     assert not (tmp_path / "0" / "record.json").exists()
+    with pytest.raises(EvaluationError, match=r"eval.calibration.split='test' is the split being"):
+        evaluate(_cfg(model_dir, tmp_path / "leak", *fast, "eval.calibration.split=test"))
+    assert not (tmp_path / "leak" / "record.json").exists()
 
 
 def test_the_lossless_modes_threshold_is_calibrated_on_validation_inputs(model_dir, tmp_path):

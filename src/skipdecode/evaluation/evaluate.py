@@ -160,6 +160,7 @@ def _setup(c: Mapping[str, Any], out_dir: Path) -> _Setup:
             gen["max_new_tokens"],
             ev.get("calibration") or {},
             gen,
+            ev["split"],
         )
     return _Setup(
         lm,

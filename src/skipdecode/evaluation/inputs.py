@@ -148,13 +148,20 @@ def calibrate(
     max_new_tokens: int,
     cfg: Mapping[str, Any],
     generation: Mapping[str, Any],
+    scored_split: str,
 ) -> tuple[Schedule, dict[str, Any]]:
     """Tune a schedule that needs it (CALM's threshold, adaptive's sharpness) on *validation*
     prompts, never on the test prompts being scored, batched as the evaluation batches its
-    prompts (``generation``'s batch size and length order: a batch shares its budget);
+    prompts (``generation``'s batch size and length order: a batch shares its budget; the
+    calibration split is refused where it is ``scored_split``);
     returns the tuned schedule and what the tuning found. ``cfg`` (``eval.calibration``) was
     checked by :func:`~skipdecode.evaluation.settings.check_eval_settings`."""
     split = cfg.get("split", "validation")
+    if split == scored_split:
+        raise EvaluationError(
+            f"eval.calibration.split={split!r} is the split being scored (eval.split); allowed: "
+            "a held-out split (a schedule tuned on the prompts it is scored on is not a result)"
+        )
     examples = load_examples(dict(data_settings), split, cfg.get("limit"))
     max_source = int(data_settings.get("max_source_tokens") or task.max_source_tokens)
     prompts, _ = encode_prompts(decoder.tokenizer, task, [ex.source for ex in examples], max_source)
