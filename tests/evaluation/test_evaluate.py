@@ -282,6 +282,8 @@ def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path):
         ("speed.timed_batches", 0, "eval.speed.timed_batches=0 is not allowed"),
         ("speed.baseline", "none", "eval.speed.baseline='none'; allowed: 'full' or null"),
         ("speed.references", ["loops"], "eval.speed.references=['loops']; allowed: a list"),
+        ("metrics.meteor", True, "eval.metrics has unknown metrics ['meteor']"),
+        ("metrics.rouge", {"stemmer": True}, "eval.metrics.rouge has unknown keys ['stemmer']"),
         ("compile", "fast", "compile"),
     ],
 )

@@ -419,9 +419,7 @@ def test_compute_all_defaults_and_switches():
         hyps, refs, {"bleu": False, "rouge": {"types": ["rougeL"], "use_stemmer": False}}
     )
     assert "bleu" not in out and out["rouge"]["rougeL"]["f"] == pytest.approx(0.75)
-    out = compute_all(
-        hyps, refs, {"bleu": {"enabled": False}, "rouge": {"enabled": False}, "other": 1}
-    )
+    out = compute_all(hyps, refs, {"bleu": {"enabled": False}, "rouge": {"enabled": False}})
     assert set(out) == {"n", "timing_s"}
 
 
@@ -434,6 +432,8 @@ def test_compute_all_errors():
         compute_all(["a"], [["a"]], {"bertscore": True})
     with pytest.raises(MetricSettingError, match=r"eval\.bertscore\.model_type is missing"):
         compute_all(["a"], [["a"]], {"bertscore": {"num_layers": 6}})
+    with pytest.raises(MetricSettingError, match=r"eval has unknown metrics \['meteor'\]; allowed"):
+        compute_all(["a"], [["a"]], {"meteor": True})
 
 
 def test_compute_all_with_bertscore_from_omegaconf(minilm, offline):

@@ -2,8 +2,9 @@
 
 ``check_eval_settings(ev)`` refuses, by name with what is allowed, every value of the ``eval``
 config that needs no model to judge: the split's limit, threads, the generation settings, the
-calibration's limit and iterations, the speed settings and the decode options. ``evaluate`` calls it first; a sweep calls it before it
-trains a cell, so a mistyped evaluation setting costs no training.
+calibration's limit and iterations, the speed settings, the decode options and the metrics'
+sections. ``evaluate`` calls it first; a sweep calls it before it trains a cell, so a mistyped
+evaluation setting costs no training.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..config import ConfigError, count, flag
 from ..core.options import DecodeOptions, DecodeOptionsError
 from ..data.examples import check_limit
 from .inputs import EvaluationError
+from .metrics import check_metric_settings
 from .references import REFERENCES
 
 __all__ = ["check_eval_settings"]
@@ -38,6 +40,7 @@ def check_eval_settings(ev: Mapping[str, Any]) -> None:
         count(speed.get("warmup_batches", 1), "eval.speed.warmup_batches", 0)
         count(speed.get("repeats", 1), "eval.speed.repeats", 1)
         count(speed.get("timed_batches"), "eval.speed.timed_batches", 1, "every batch")
+        check_metric_settings(ev.get("metrics"), "eval.metrics")
     except (ConfigError, DecodeOptionsError, ValueError) as e:
         raise EvaluationError(str(e)) from e
     if gen.get("stop") not in ("eos", "none"):

@@ -32,6 +32,7 @@ __all__ = [
     "bertscore",
     "e2e_suite",
     "compute_all",
+    "check_metric_settings",
     "clear_bertscore_cache",
     "normalize_references",
     "resolve_bertscore_model",
@@ -101,6 +102,23 @@ def _section(settings: Mapping[str, Any], name: str, prefix: str) -> dict[str, A
     return kwargs
 
 
+def check_metric_settings(settings: Mapping[str, Any] | None, prefix: str) -> Mapping[str, Any]:
+    """``settings`` (the ``eval.metrics`` node, named ``prefix``) as plain data, every section's
+    keys checked and any other key refused by name, so a mistyped metric fails before anything
+    is decoded instead of being silently left out."""
+    settings = _to_plain(settings) if settings is not None else {}
+    if not isinstance(settings, Mapping):
+        raise MetricSettingError(f"{prefix}={settings!r} is not allowed; allowed: a mapping")
+    unknown = set(settings) - set(_SECTION_KEYS)
+    if unknown:
+        raise MetricSettingError(
+            f"{prefix} has unknown metrics {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}"
+        )
+    for name in _SECTION_KEYS:
+        _section(settings, name, prefix)
+    return settings
+
+
 def compute_all(
     hypotheses: Sequence[str],
     references: Sequence[Sequence[str]],
@@ -112,12 +130,10 @@ def compute_all(
 
     ``settings`` holds optional sections ``bleu``, ``rouge``, ``bertscore``, ``e2e``; each is
     ``true``/``false`` or a mapping of that function's keyword arguments plus ``enabled``. Absent
-    sections: BLEU and ROUGE on with defaults, BERTScore and E2E's suite off. Other top-level keys are ignored (so the whole
-    ``eval`` config node can be passed). ``prefix`` names that node in error messages.
+    sections: BLEU and ROUGE on with defaults, BERTScore and E2E's suite off. Any other key is
+    refused (:func:`check_metric_settings`). ``prefix`` names that node in error messages.
     """
-    settings = _to_plain(settings) if settings is not None else {}
-    if not isinstance(settings, Mapping):
-        raise MetricSettingError(f"{prefix}={settings!r} is invalid; allowed: a mapping")
+    settings = check_metric_settings(settings, prefix)
     hyps, refs = normalize_references(hypotheses, references, where="compute_all")
     out: dict[str, Any] = {"n": len(hyps), "timing_s": {}}
     fns = {"bleu": bleu, "rouge": rouge, "e2e": e2e_suite}
