@@ -71,3 +71,35 @@ def test_readme_example_schedule_runs_everywhere(stride_registered):
 def test_unknown_schedule_lists_the_registered_ones():
     with pytest.raises(ValueError, match="not known; choose one of .*'full'"):
         build_schedule({"name": "stride"}, 6)
+
+
+def test_a_schedule_that_calibrates_must_say_so_where_it_registers(monkeypatch):
+    """A sweep names a calibrated evaluation by its calibration settings from the config alone
+    (``registry.calibrates``); a builder whose schedule needs calibration where its registration
+    says not is refused at its first build, not cached under another calibration's results."""
+    from skipdecode.schedules import FullSchedule
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    class Tuned(FullSchedule):
+        needs_calibration = True
+
+    registry.register("tuned", method="tuned")(lambda cfg, n, e: Tuned(n))
+    with pytest.raises(ValueError, match=r"schedule\.name=tuned: the built schedule's needs_cal"):
+        build_schedule({"name": "tuned"}, 6)
+    registry._REGISTRY.pop("tuned")
+    registry.register("tuned", method="tuned", calibrates=lambda cfg: cfg.get("t") is None)(
+        lambda cfg, n, e: Tuned(n)
+    )
+    assert build_schedule({"name": "tuned"}, 6).needs_calibration
+    assert registry.calibrates({"name": "tuned"}) and not registry.calibrates({"name": "full"})
+    # the built-in rules, each against the schedule its builder makes
+    for cfg, tuned in (
+        ({"name": "calm", "target_speedup": 2}, True),
+        ({"name": "calm", "threshold": 0.9}, False),
+        ({"name": "adaptive", "target_speedup": 2}, True),
+        ({"name": "adaptive", "target_speedup": 2, "sharpness": 3.0}, False),
+        ({"name": "adaptive", "max_layers": 6, "min_layers": 2}, False),
+    ):
+        assert registry.calibrates(cfg) is tuned
+        assert build_schedule(cfg, 6, 8).needs_calibration is tuned

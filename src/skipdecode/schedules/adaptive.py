@@ -230,6 +230,11 @@ def random_monotone_budgets(
     return budgets
 
 
+def _sharpness(cfg: Mapping) -> float | None:
+    """The config's sharpness; None (to be calibrated) with a target speedup and none given."""
+    return cfg.get("sharpness", None if cfg.get("target_speedup") is not None else 1.0)
+
+
 @register(
     "adaptive",
     method="adaptive skipdecode",
@@ -241,14 +246,14 @@ def random_monotone_budgets(
         "sharpness",
         "expected_length",
     ),
+    calibrates=lambda cfg: _sharpness(cfg) is None,
 )
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> AdaptiveSchedule:
     """Explicit ``max_layers``/``min_layers``, or ``target_speedup`` (max/min from the linear
     target rule over the expected length, target mean ``L / s``)."""
     L, w, s = num_layers, int(cfg.get("warmup_layers", 1)), cfg.get("target_speedup")
     n = cfg.get("expected_length") or expected_length
-    # with a target speedup the mapping is calibrated unless sharpness is given
-    sharpness = cfg.get("sharpness", None if s is not None else 1.0)
+    sharpness = _sharpness(cfg)
     if s is not None and cfg.get("max_layers") is None:
         lin = linear_for_speedup(L, float(s), int(n or 32), w)
         return AdaptiveSchedule(

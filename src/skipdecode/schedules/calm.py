@@ -270,6 +270,7 @@ def calibrate_calm_threshold(
     "calm",
     method="CALM",
     settings=("threshold", "check_every", "min_exit_layers", "allow_batching"),
+    calibrates=lambda cfg: cfg.get("threshold") is None,  # from target_speedup
 )
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> CALMSchedule:
     threshold, s = cfg.get("threshold"), cfg.get("target_speedup")

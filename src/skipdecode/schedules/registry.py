@@ -11,6 +11,11 @@ are built from a target speedup. ``method`` is the label tables and plots use fo
 ``settings`` are the keys the builder reads, and those its schedule's ``describe()`` writes (a
 checkpoint's schedule is built again from them); with :data:`COMMON_SETTINGS` they are all a
 config may hold, so a misspelt key (``warmpu_layers``) is refused by name, never ignored.
+``calibrates`` says from the config alone whether the schedule is tuned on validation prompts
+before decoding (its ``needs_calibration``): a sweep names such an evaluation by its
+calibration settings before anything is built, and ``build_schedule`` refuses a schedule whose
+``needs_calibration`` disagrees with its registration, so a new calibrating schedule cannot be
+cached under another calibration's results.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ __all__ = [
     "COMMON_SETTINGS",
     "LENGTH_RULES",
     "build_schedule",
+    "calibrates",
     "method_label",
     "register",
     "schedule_names",
@@ -43,21 +49,31 @@ class _Entry:
     build: Builder
     method: str
     settings: tuple[str, ...] | None  # None: not checked (a builder registered without them)
+    calibrates: Callable[[Mapping], bool]
 
 
 _REGISTRY: dict[str, _Entry] = {}
 
 
+def _never(cfg: Mapping) -> bool:
+    return False
+
+
 def register(
-    name: str, method: str, settings: Sequence[str] | None = None
+    name: str,
+    method: str,
+    settings: Sequence[str] | None = None,
+    calibrates: Callable[[Mapping], bool] = _never,
 ) -> Callable[[Builder], Builder]:
     """Register ``builder`` as ``schedule.name=<name>``, labelled ``method`` in tables, reading
-    ``settings`` beside :data:`COMMON_SETTINGS` (module doc; None: any key passes)."""
+    ``settings`` beside :data:`COMMON_SETTINGS` (module doc; None: any key passes); a config for
+    which ``calibrates`` is true builds a schedule that is tuned before decoding."""
 
     def wrap(builder: Builder) -> Builder:
         if name in _REGISTRY and _REGISTRY[name].build is not builder:
             raise ValueError(f"schedule name {name!r} is registered twice")
-        _REGISTRY[name] = _Entry(builder, method, None if settings is None else tuple(settings))
+        keys = None if settings is None else tuple(settings)
+        _REGISTRY[name] = _Entry(builder, method, keys, calibrates)
         return builder
 
     return wrap
@@ -85,6 +101,13 @@ def schedule_settings(name: str | None) -> tuple[str, ...] | None:
     if entry is None or entry.settings is None:
         return None
     return tuple(sorted({*COMMON_SETTINGS, *entry.settings}))
+
+
+def calibrates(cfg: Mapping) -> bool:
+    """Whether the schedule ``cfg`` describes is tuned on validation prompts before decoding
+    (its registration's rule; an unknown name: no)."""
+    entry = _REGISTRY.get(str(cfg.get("name")))
+    return bool(entry and entry.calibrates(cfg))
 
 
 def method_label(name: str | None) -> str:
@@ -144,4 +167,12 @@ def build_schedule(
             f"schedule.name={name!r} is not known; choose one of {schedule_names()}"
         )
     _check_settings(cfg, str(name), entry)
-    return entry.build(cfg, num_layers, expected_length)
+    schedule = entry.build(cfg, num_layers, expected_length)
+    if schedule.needs_calibration != entry.calibrates(cfg):
+        raise ScheduleError(
+            f"schedule.name={name}: the built schedule's needs_calibration is "
+            f"{schedule.needs_calibration} where its registration's calibrates rule says "
+            f"{not schedule.needs_calibration} for {cfg}; register it with a calibrates rule "
+            "that matches (a sweep names a calibrated evaluation by its calibration settings)"
+        )
+    return schedule

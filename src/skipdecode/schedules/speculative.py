@@ -274,6 +274,7 @@ class SpeculativeSchedule(Schedule):
         "auto_off",
         "draft_target",
     ),
+    calibrates=lambda cfg: cfg.get("threshold") == "calibrate",
 )
 def _build(cfg: Mapping, num_layers: int, expected_length: int | None) -> Schedule:
     draft_cfg = cfg.get("draft")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.options import DEFAULTS
+from ...schedules.registry import calibrates as schedule_calibrates
 
 __all__ = [
     "CELL_FILE",
@@ -95,27 +96,16 @@ _LATER_EVAL_DEFAULTS: dict[str, Any] = {
 
 #: The calibration settings every evaluation was published with before ``eval.calibration.limit``
 #: defaulted to the whole validation split. A schedule that calibrates nothing (anything but
-#: CALM without a threshold or adaptive SkipDecode without a sharpness) is evaluated the same
-#: under any calibration settings, so its evaluation hashes them as these and keeps its id.
+#: CALM without a threshold, adaptive SkipDecode without a sharpness, or the lossless mode with
+#: ``threshold: calibrate``) is evaluated the same under any calibration settings, so its
+#: evaluation hashes them as these and keeps its id.
 _PUBLISHED_CALIBRATION: dict[str, Any] = {"split": "validation", "limit": 32, "iterations": 8}
-#: Schedules that calibrate before decoding, and the setting that, when given, makes them not.
-_CALIBRATED_UNLESS: dict[str, str] = {"calm": "threshold", "adaptive": "sharpness"}
 
 
 def calibrates(schedule: Mapping[str, Any] | None) -> bool:
-    """Whether a schedule config is tuned on validation prompts before decoding."""
-    if not isinstance(schedule, Mapping):
-        return False
-    if schedule.get("name") == "speculative":  # the lossless mode's threshold, on request
-        return schedule.get("threshold") == "calibrate"
-    setting = _CALIBRATED_UNLESS.get(str(schedule.get("name")))
-    # without a target speedup there is nothing to calibrate to (the builders then use their
-    # default threshold or sharpness)
-    return (
-        setting is not None
-        and schedule.get(setting) is None
-        and schedule.get("target_speedup") is not None
-    )
+    """Whether a schedule config is tuned on validation prompts before decoding (the rule its
+    registration declares, :func:`skipdecode.schedules.registry.calibrates`)."""
+    return isinstance(schedule, Mapping) and schedule_calibrates(schedule)
 
 
 def eval_identity(ev: Mapping[str, Any], schedule: Mapping[str, Any] | None = None) -> str:
