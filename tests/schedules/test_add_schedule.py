@@ -31,7 +31,11 @@ def _example_code() -> str:
 @pytest.fixture
 def stride_registered(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after the test
-    namespace: dict = {"__name__": "readme_example"}
+    # run as the module the doc says to save it as, so its relative imports resolve as they would
+    namespace: dict = {
+        "__name__": "skipdecode.schedules.stride",
+        "__package__": "skipdecode.schedules",
+    }
     exec(compile(_example_code(), str(EXTENDING_DOC), "exec"), namespace)
     return namespace
 
@@ -66,6 +70,12 @@ def test_readme_example_schedule_runs_everywhere(stride_registered):
     loss, count = schedule.loss_sums(dec, batch)
     assert count > 0 and torch.isfinite(loss)
     assert schedule.validation_plan(16) is schedule
+
+
+def test_readme_example_refuses_a_bad_stride_by_name(stride_registered):
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"schedule\.stride={bad!r} is not allowed"):
+            build_schedule({"name": "stride", "stride": bad}, 6)
 
 
 def test_unknown_schedule_lists_the_registered_ones():

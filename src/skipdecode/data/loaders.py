@@ -41,6 +41,7 @@ def _strip_tldr(text: str) -> str:
     return text
 
 
+#: How each dataset's sources and references are cleaned (a dataset not listed: stripped).
 _SOURCE_CLEANERS: Mapping[str, Callable[[str], str]] = {
     "synthetic": str.strip,
     "e2e": str.strip,
@@ -87,7 +88,10 @@ def _rows_to_examples(
 
     A source may be a list of sentences and a reference field a list of references (see
     :func:`_source_text`, :func:`_target_texts`)."""
-    clean_source, clean_target = _SOURCE_CLEANERS[spec.name], _TARGET_CLEANERS[spec.name]
+    clean_source, clean_target = (
+        _SOURCE_CLEANERS.get(spec.name, str.strip),
+        _TARGET_CLEANERS.get(spec.name, str.strip),
+    )
     references: dict[str, list[str]] = {}
     skipped = 0
     for row in rows:
@@ -327,7 +331,7 @@ def rows_by_source(
     )
     rows = read_rows(path)
     require_columns(rows, (spec.source_field,), path)
-    clean = _SOURCE_CLEANERS[spec.name]
+    clean = _SOURCE_CLEANERS.get(spec.name, str.strip)
     out: dict[str, Mapping[str, Any]] = {}
     for row in rows:
         out.setdefault(clean(_source_text(row.get(spec.source_field))), row)

@@ -136,9 +136,11 @@ def build_random_model(
 
         cfg = Gemma3TextConfig(**spec.config)
         cls = Gemma3ForCausalLM
-    else:
+    elif spec.family == "llama":
         cfg = LlamaConfig(**spec.config)
         cls = LlamaForCausalLM
+    else:  # a shape of another family needs its config class here, never a Llama in disguise
+        raise ValueError(f"shape {shape!r}: family={spec.family!r}; allowed: opt, llama, gemma3")
     cfg._attn_implementation = "sdpa"
     # seeded for the same weights on every call, on a forked stream: the caller's random state
     # (a training run's seed, when its memory plan sizes the shape) is left as it was
