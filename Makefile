@@ -176,7 +176,7 @@ reproduce-cpu-tiny: $(STAMP) ## The same pipeline with the tiny model on real E2
 # Every method at 2x and 4x, plus the full baseline (issue: methods beyond the paper).
 METHODS := full,target_2x,target_4x,early_exit_2x,early_exit_4x,unified_2x,unified_4x,power_law_2x,power_law_4x,adaptive_2x,adaptive_4x,calm_2x,calm_4x,speculative_2x,speculative_4x
 
-compare: $(STAMP) ## Every method at 2x and 4x vs full on tiny/synthetic: one multirun, table + plot
+compare: $(STAMP) ## Every method at 2x and 4x vs full on tiny/synthetic, 3 seeds: one multirun, table + plot
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=sweep_demo sweep.name=compare \
 		schedule=$(METHODS) $(ARGS)
 
