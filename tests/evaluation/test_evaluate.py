@@ -261,7 +261,10 @@ def test_a_true_false_setting_given_another_word_is_refused(model_dir, tmp_path,
 def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path):
     """``eval.limit=2.5`` once evaluated the whole split; now it is refused by name, before
     anything is decoded (the other values: the settings check's test below)."""
-    with pytest.raises(ValueError, match=r"eval\.limit=2\.5 is not allowed; allowed: null"):
+    with pytest.raises(
+        ValueError,
+        match=r"eval\.limit=2\.5 is not allowed; allowed: an integer >= 0, or null \(every input\)",
+    ):
         evaluate(_cfg(model_dir, tmp_path, "eval.limit=2.5"))
     assert not (tmp_path / "record.json").exists()
 
