@@ -5,8 +5,8 @@
 ``baselines`` (full, early exit, unified skipping, power law), ``adaptive`` (adaptive monotone
 SkipDecode), ``calm`` (CALM), ``speculative`` (lossless: a skip plan drafts, all layers
 verify), ``randomized`` (budget-randomized fine-tuning: a plan drawn per batch, one model for
-every speedup) and ``registry`` (``build_schedule`` by name). Importing the package registers every built-in
-schedule; a new one is a module here plus a line below (docs/EXTENDING.md).
+every speedup) and ``registry`` (``build_schedule`` by name). Importing the package registers
+every built-in schedule; a new one is a module here plus a line below (docs/EXTENDING.md).
 """
 
 from . import (  # noqa: F401  (registers the builders)

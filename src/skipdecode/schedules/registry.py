@@ -103,9 +103,11 @@ def schedule_settings(name: str | None) -> tuple[str, ...] | None:
     return tuple(sorted({*COMMON_SETTINGS, *entry.settings}))
 
 
-def calibrates(cfg: Mapping) -> bool:
+def calibrates(cfg: Mapping | None) -> bool:
     """Whether the schedule ``cfg`` describes is tuned on validation prompts before decoding
-    (its registration's rule; an unknown name: no)."""
+    (its registration's rule; no config or an unknown name: no)."""
+    if not isinstance(cfg, Mapping):
+        return False
     entry = _REGISTRY.get(str(cfg.get("name")))
     return bool(entry and entry.calibrates(cfg))
 

@@ -102,10 +102,12 @@ def _section(settings: Mapping[str, Any], name: str, prefix: str) -> dict[str, A
     return kwargs
 
 
-def check_metric_settings(settings: Mapping[str, Any] | None, prefix: str) -> Mapping[str, Any]:
-    """``settings`` (the ``eval.metrics`` node, named ``prefix``) as plain data, every section's
-    keys checked and any other key refused by name, so a mistyped metric fails before anything
-    is decoded instead of being silently left out."""
+def check_metric_settings(
+    settings: Mapping[str, Any] | None, prefix: str
+) -> dict[str, dict[str, Any] | None]:
+    """Each metric's keyword arguments from ``settings`` (the ``eval.metrics`` node, named
+    ``prefix``; None: switched off), every section's keys checked and any other key refused by
+    name, so a mistyped metric fails before anything is decoded instead of being left out."""
     settings = _to_plain(settings) if settings is not None else {}
     if not isinstance(settings, Mapping):
         raise MetricSettingError(f"{prefix}={settings!r} is not allowed; allowed: a mapping")
@@ -114,9 +116,7 @@ def check_metric_settings(settings: Mapping[str, Any] | None, prefix: str) -> Ma
         raise MetricSettingError(
             f"{prefix} has unknown metrics {sorted(unknown)}; allowed: {sorted(_SECTION_KEYS)}"
         )
-    for name in _SECTION_KEYS:
-        _section(settings, name, prefix)
-    return settings
+    return {name: _section(settings, name, prefix) for name in _SECTION_KEYS}
 
 
 def compute_all(
@@ -133,12 +133,11 @@ def compute_all(
     sections: BLEU and ROUGE on with defaults, BERTScore and E2E's suite off. Any other key is
     refused (:func:`check_metric_settings`). ``prefix`` names that node in error messages.
     """
-    settings = check_metric_settings(settings, prefix)
+    sections = check_metric_settings(settings, prefix)
     hyps, refs = normalize_references(hypotheses, references, where="compute_all")
     out: dict[str, Any] = {"n": len(hyps), "timing_s": {}}
     fns = {"bleu": bleu, "rouge": rouge, "e2e": e2e_suite}
-    for name in ("bleu", "rouge", "bertscore", "e2e"):
-        kwargs = _section(settings, name, prefix)
+    for name, kwargs in sections.items():
         if kwargs is None:
             continue
         t0 = time.perf_counter()

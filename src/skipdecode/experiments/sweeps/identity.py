@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.options import DEFAULTS
-from ...schedules.registry import calibrates as schedule_calibrates
+from ...schedules.registry import calibrates
 
 __all__ = [
     "CELL_FILE",
@@ -100,12 +100,6 @@ _LATER_EVAL_DEFAULTS: dict[str, Any] = {
 #: ``threshold: calibrate``) is evaluated the same under any calibration settings, so its
 #: evaluation hashes them as these and keeps its id.
 _PUBLISHED_CALIBRATION: dict[str, Any] = {"split": "validation", "limit": 32, "iterations": 8}
-
-
-def calibrates(schedule: Mapping[str, Any] | None) -> bool:
-    """Whether a schedule config is tuned on validation prompts before decoding (the rule its
-    registration declares, :func:`skipdecode.schedules.registry.calibrates`)."""
-    return isinstance(schedule, Mapping) and schedule_calibrates(schedule)
 
 
 def eval_identity(ev: Mapping[str, Any], schedule: Mapping[str, Any] | None = None) -> str:
