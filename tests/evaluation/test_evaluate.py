@@ -287,6 +287,7 @@ def test_a_limit_that_is_no_count_of_inputs_is_refused(model_dir, tmp_path):
         ("speed.references", ["loops"], "eval.speed.references=['loops']; allowed: a list"),
         ("metrics.meteor", True, "eval.metrics has unknown metrics ['meteor']"),
         ("metrics.rouge", {"stemmer": True}, "eval.metrics.rouge has unknown keys ['stemmer']"),
+        ("metrics.bertscore", {"num_layers": 6}, "eval.metrics.bertscore.model_type is missing"),
         ("compile", "fast", "compile"),
     ],
 )

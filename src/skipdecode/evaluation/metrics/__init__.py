@@ -99,6 +99,11 @@ def _section(settings: Mapping[str, Any], name: str, prefix: str) -> dict[str, A
     kwargs = dict(raw)
     if not kwargs.pop("enabled", True):
         return None
+    if name == "bertscore" and kwargs.get("model_type") is None:
+        raise MetricSettingError(
+            f"{prefix}.bertscore.model_type is missing; set it to a local model directory, "
+            f"e.g. {minilm_hint(prefix + '.bertscore')}"
+        )
     return kwargs
 
 
@@ -142,11 +147,6 @@ def compute_all(
             continue
         t0 = time.perf_counter()
         if name == "bertscore":
-            if "model_type" not in kwargs:
-                raise MetricSettingError(
-                    f"{prefix}.bertscore.model_type is missing; set it to a local model directory, "
-                    f"e.g. {minilm_hint(prefix + '.bertscore')}"
-                )
             out[name] = bertscore(hyps, refs, setting_prefix=f"{prefix}.bertscore", **kwargs)
         else:
             try:
