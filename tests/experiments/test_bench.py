@@ -378,22 +378,19 @@ def test_speculative_bench_drafts_with_the_warm_up_it_is_given(tmp_path, capsys,
         assert row["identical_to_full"] and set(row["acceptance_by_budget"]) == {"3"}
 
 
-def _plan_graphs_bench(tmp_path):
-    """The speculative benchmark's arguments for plan graphs on a 4-layer export, and its main."""
-    from exports import make_exported_dir
-
-    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
-
-    model_dir = make_exported_dir(tmp_path / "export", num_layers=4)
+def _plan_graphs_args(model_dir, tmp_path) -> list[str]:
+    """The speculative benchmark's arguments for plan graphs on the model at ``model_dir``."""
     common = [f"--model={model_dir}", "--workload=dataset", "--prompts=2", "--batch-sizes", "2"]
     common += ["--ks", "2", "--new-tokens=3", "--repeats=1", f"--out={tmp_path}"]
-    return [*common, "--draft-budget=3", "--plan-graphs"], bench_speculative_main
+    return [*common, "--draft-budget=3", "--plan-graphs"]
 
 
 def test_speculative_bench_refuses_plan_graphs_without_compile(tmp_path, capsys):
-    common, bench_speculative_main = _plan_graphs_bench(tmp_path)
+    """Refused while its options are read, before any model loads (none is written here)."""
+    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
+
     with pytest.raises(SystemExit):
-        bench_speculative_main([*common, "--name=bad"])
+        bench_speculative_main([*_plan_graphs_args(tmp_path / "absent", tmp_path), "--name=bad"])
     assert (
         "--plan-graphs: 'plan' is a kind of compiled graph, and --compile is False; allowed with --compile=true"
         in (capsys.readouterr().err)
@@ -405,7 +402,11 @@ def test_speculative_bench_refuses_plan_graphs_without_compile(tmp_path, capsys)
 def test_speculative_bench_on_plan_graphs_keeps_the_full_models_output(tmp_path):
     """--plan-graphs: each pass's layers one compiled graph (the full step, the constant draft,
     the verify pass); the output stays the full model's."""
-    common, bench_speculative_main = _plan_graphs_bench(tmp_path)
+    from exports import make_exported_dir
+
+    from skipdecode.experiments.benchmarks.bench_speculative import main as bench_speculative_main
+
+    common = _plan_graphs_args(make_exported_dir(tmp_path / "export", num_layers=4), tmp_path)
     bench_speculative_main([*common, "--compile", "--name=plan"])
     (cell,) = json.loads((tmp_path / "plan.json").read_text())["cells"]
     assert cell["compiled"] and cell["compile_graph"] == "plan" and cell["compile_s"] > 0
