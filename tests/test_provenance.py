@@ -101,6 +101,32 @@ def test_a_kept_diff_recreates_changed_and_new_code_files(tmp_path):
     assert not (clone / "notes.txt").exists()
 
 
+def test_a_kept_diff_of_a_crlf_file_applies(tmp_path):
+    """A changed file with CRLF line ends (a training run's metrics.csv) is kept byte for byte:
+    the diff applies to the commit and gives the file back (LF endings would not apply)."""
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+    repo, clone = tmp_path / "repo", tmp_path / "clone"
+    repo.mkdir()
+
+    def git(*args, cwd=repo):
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false",
+             *args], cwd=cwd, env=env, check=True, capture_output=True,
+        )  # fmt: skip
+
+    git("init", "-q")
+    (repo / "metrics.csv").write_bytes(b"step,loss\r\n0,2.7\r\n9,5.3\r\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "init")
+    (repo / "metrics.csv").write_bytes(b"step,loss\r\n0,2.7\r\n9,5.4\r\n")
+    info = provenance(repo)["git"]
+    assert "9,5.4\r" in info["diff"]
+    git("clone", "-q", "-c", "core.autocrlf=false", str(repo), str(clone), cwd=tmp_path)
+    (clone / "run.diff").write_bytes(info["diff"].encode() + b"\n")
+    git("apply", "run.diff", cwd=clone)
+    assert (clone / "metrics.csv").read_bytes() == (repo / "metrics.csv").read_bytes()
+
+
 def test_provenance_outside_git(tmp_path):
     info = provenance(tmp_path)["git"]
     assert info["commit"] is None

@@ -66,14 +66,19 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _git(args: list[str], cwd: Path) -> str | None:
+def _git(args: list[str], cwd: Path, exact: bool = False) -> str | None:
+    """git's output, stripped; ``exact`` keeps it byte for byte but its final newlines (a diff:
+    text mode would turn a CRLF file's line ends into LF, and the diff would no longer apply)."""
     try:
-        res = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False
-        )
+        res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return res.stdout.strip() if res.returncode == 0 else None
+    return _output(res.stdout, exact) if res.returncode == 0 else None
+
+
+def _output(raw: bytes, exact: bool) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    return text.rstrip("\n") if exact else text.strip()
 
 
 def _git_info(start: Path | None = None) -> dict[str, Any]:
@@ -99,7 +104,7 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
         "root": root,
     }
     if info["dirty"]:  # what the run had on top of the commit: changed and new files
-        parts = [_git(["diff", "HEAD"], Path(root)) or ""]
+        parts = [_git(["diff", "HEAD"], Path(root), exact=True) or ""]
         parts += [_new_file_diff(Path(root), name) for name in new]
         diff = "\n".join(p for p in parts if p)  # as before for tracked changes alone
         info["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
@@ -127,11 +132,11 @@ def _new_file_diff(root: Path, name: str) -> str:
     try:
         res = subprocess.run(
             ["git", "diff", "--no-index", "--", "/dev/null", name],
-            cwd=root, capture_output=True, text=True, timeout=10, check=False,
+            cwd=root, capture_output=True, timeout=10, check=False,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return ""
-    return res.stdout.strip() if res.returncode in (0, 1) else ""
+    return _output(res.stdout, exact=True) if res.returncode in (0, 1) else ""
 
 
 def _checkout_of(here: Path) -> Path:
@@ -169,7 +174,7 @@ def package_code() -> dict[str, str | None]:
     of the uncommitted diff inside it (None outside a checkout). Commits that touch only other
     files (results, docs) leave it as it is."""
     here = Path(__file__).resolve().parent
-    diff = _git(["diff", "HEAD", "--", "."], here)
+    diff = _git(["diff", "HEAD", "--", "."], here, exact=True)
     return {
         "tree": _git(["rev-parse", "HEAD:./"], here),
         "diff_sha256": None if diff is None else hashlib.sha256(diff.encode()).hexdigest(),
