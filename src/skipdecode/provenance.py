@@ -66,18 +66,19 @@ def _utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _git(args: list[str], cwd: Path, exact: bool = False) -> str | None:
-    """git's output, stripped; ``exact`` keeps it byte for byte but its final newlines (a diff:
-    text mode would turn a CRLF file's line ends into LF, and the diff would no longer apply)."""
+def _git(
+    args: list[str], cwd: Path, exact: bool = False, succeeded: tuple[int, ...] = (0,)
+) -> str | None:
+    """git's output (None when its exit status is not in ``succeeded``), stripped; ``exact`` keeps
+    it byte for byte but its final newlines (a diff: text mode would turn a CRLF file's line ends
+    into LF, and the diff would no longer apply)."""
     try:
         res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return _output(res.stdout, exact) if res.returncode == 0 else None
-
-
-def _output(raw: bytes, exact: bool) -> str:
-    text = raw.decode("utf-8", errors="replace")
+    if res.returncode not in succeeded:
+        return None
+    text = res.stdout.decode("utf-8", errors="replace")
     return text.rstrip("\n") if exact else text.strip()
 
 
@@ -128,15 +129,9 @@ def new_code_files(root: Path) -> list[str]:
 
 
 def _new_file_diff(root: Path, name: str) -> str:
-    """A new file as a ``git diff`` adds it (``git apply`` recreates it)."""
-    try:
-        res = subprocess.run(
-            ["git", "diff", "--no-index", "--", "/dev/null", name],
-            cwd=root, capture_output=True, timeout=10, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return _output(res.stdout, exact=True) if res.returncode in (0, 1) else ""
+    """A new file as a ``git diff`` adds it (``git apply`` recreates it; 1: the files differ)."""
+    diff = _git(["diff", "--no-index", "--", "/dev/null", name], root, exact=True, succeeded=(0, 1))
+    return diff or ""
 
 
 def _checkout_of(here: Path) -> Path:
