@@ -14,6 +14,19 @@ import torch
 from skipdecode.provenance import PROVENANCE_PACKAGES, provenance
 
 
+def _git_in(repo, home):
+    """``git(*args, cwd=repo)``: git with a throwaway identity and config, LF and CRLF kept as is."""
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(home)}
+
+    def git(*args, cwd=repo):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false",
+             *args], cwd=cwd, env=env, check=True, capture_output=True,
+        )  # fmt: skip
+
+    return git
+
+
 def test_provenance_fields():
     prov = provenance()
     for key in ("timestamp_utc", "git", "packages", "python", "platform", "device", "hostname"):
@@ -47,16 +60,7 @@ def test_provenance_fields():
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_provenance_git_commit_and_dirty(tmp_path):
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
-
-    def git(*args):
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            env=env,
-            check=True,
-            capture_output=True,
-        )
+    git = _git_in(tmp_path, home=tmp_path)
 
     git("init", "-q")
     (tmp_path / "f.txt").write_text("1")
@@ -72,15 +76,9 @@ def test_provenance_git_commit_and_dirty(tmp_path):
 def test_a_kept_diff_recreates_changed_and_new_code_files(tmp_path):
     """A new module the run imported is in the diff: applied to the commit in a fresh clone, the
     diff gives back the tree the run had (a stray file outside the code folders is not kept)."""
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
     repo, clone = tmp_path / "repo", tmp_path / "clone"
     repo.mkdir()
-
-    def git(*args, cwd=repo):
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=cwd, env=env, check=True, capture_output=True, text=True,
-        )  # fmt: skip
+    git = _git_in(repo, home=tmp_path)
 
     git("init", "-q")
     (repo / "src").mkdir()
@@ -104,15 +102,9 @@ def test_a_kept_diff_recreates_changed_and_new_code_files(tmp_path):
 def test_a_kept_diff_of_a_crlf_file_applies(tmp_path):
     """A changed file with CRLF line ends (a training run's metrics.csv) is kept byte for byte:
     the diff applies to the commit and gives the file back (LF endings would not apply)."""
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
     repo, clone = tmp_path / "repo", tmp_path / "clone"
     repo.mkdir()
-
-    def git(*args, cwd=repo):
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false",
-             *args], cwd=cwd, env=env, check=True, capture_output=True,
-        )  # fmt: skip
+    git = _git_in(repo, home=tmp_path)
 
     git("init", "-q")
     (repo / "metrics.csv").write_bytes(b"step,loss\r\n0,2.7\r\n9,5.3\r\n")
