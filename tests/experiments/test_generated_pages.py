@@ -258,11 +258,19 @@ def test_committed_split_pages_are_the_ones_make_docs_writes():
         record = json.loads((bench / f"{name}.json").read_text())
         page = (bench / f"{name}-split.md").read_text()
         assert page == split_page(record, name), name
-    first = page.splitlines()[6]  # decode-cpu: opt-1.3b at batch 1
+    first = page.splitlines()[6]  # decode-cpu: opt-1.3b at batch 1, its columns from the record
     cell = record["cells"][0]
-    ceiling = cell["cost_split"]["full_step_ms"] / cell["cost_split"]["non_layer_ms"]
-    assert first.startswith("| opt-1.3b | 1 | 215.70 | 228.62 | 164.33 |")
-    assert f"| {ceiling:.1f}x | 1.85x (1.89x) |" in first
+    split, rows = cell["cost_split"], cell["variants"]
+    ceiling = split["full_step_ms"] / split["non_layer_ms"]
+    generate, half = rows["transformers-generate"], rows["skipdecode-2x"]
+    floor = rows["skipdecode-full"]["bandwidth_floor_ms"]
+    assert (cell["shape"], cell["batch_size"]) == ("opt-1.3b", 1)
+    assert first.startswith(
+        f"| opt-1.3b | 1 | {split['full_step_ms']:.2f} | {generate['decode_ms_per_step']:.2f} "
+        f"| {floor:.2f} |"
+    )
+    measured, ideal = half["measured_speedup"], half["ideal_speedup"]
+    assert f"| {ceiling:.1f}x | {measured:.2f}x ({ideal:.2f}x) |" in first
 
 
 def test_every_benchmark_row_the_docs_quote_is_a_row_of_a_results_page():
