@@ -1,8 +1,11 @@
-"""What a results row's interval columns decide, worked out here from the CSV text alone."""
+"""What a results row's interval columns decide, worked out here from the CSV text alone (the
+rule itself is the audit's, which does not use the writer's)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+from skipdecode.experiments.recompute.summaries import decided_by
 
 
 def verdict_from_columns(row: Mapping[str, str], metric: str) -> str:
@@ -15,10 +18,4 @@ def verdict_from_columns(row: Mapping[str, str], metric: str) -> str:
         if low != "" and high != "":
             intervals.append((float(low), float(high)))
     assert intervals, f"{metric}: no interval printed"
-    if all(high < 0 for _, high in intervals):
-        verdict = "lower"
-    elif all(low > 0 for low, _ in intervals):
-        verdict = "higher"
-    else:
-        return "undecided"
-    return verdict if len(intervals) > 1 else f"{verdict} (inputs only)"
+    return decided_by(intervals)

@@ -47,7 +47,7 @@ from .scored import (
 )  # fmt: skip
 from .tables import mean_interval, mean_interval_every
 
-__all__ = ["check_summaries"]
+__all__ = ["check_summaries", "decided_by"]
 
 #: Each page, and the columns that name the cells of one of its rows.
 _PAGES = {
@@ -56,7 +56,9 @@ _PAGES = {
 }
 
 
-def _decided(intervals: list[tuple[float, float]]) -> str:
+def decided_by(intervals: list[tuple[float, float]]) -> str:
+    """``lower``/``higher`` where every interval lies below/above 0, else ``undecided``; one
+    interval (the inputs' bootstrap alone) says so."""
     if all(high < 0 for _, high in intervals):
         text = "lower"
     elif all(low > 0 for low, _ in intervals):
@@ -117,7 +119,7 @@ def _check_delta(row, m: str, pairs: list, found: Findings, where: str) -> None:
     found.compare(where, f"{m}_delta_ci95_low", row.get(f"{m}_delta_ci95_low"), boot[0])
     found.compare(where, f"{m}_delta_ci95_high", row.get(f"{m}_delta_ci95_high"), boot[1])
     intervals = [boot] + ([seed_interval] if seed_interval[0] is not None else [])
-    found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), _decided(intervals))
+    found.compare(where, f"{m}_decided", row.get(f"{m}_decided"), decided_by(intervals))
 
 
 def _input_keys(cell: Mapping[str, Any], references: list) -> list[str]:
