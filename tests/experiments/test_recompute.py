@@ -19,6 +19,7 @@ from skipdecode.experiments.recompute.findings import Findings
 from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
 from skipdecode.experiments.sweeps.audit import write_audit
 from skipdecode.experiments.sweeps.excerpts import table_cells
+from skipdecode.experiments.sweeps.pending import lacks_raw_timings
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
@@ -192,17 +193,16 @@ def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(fol
     cells = folder / "e2e_gemma3" / "cells.csv"
     with cells.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    speeds = [
-        json.loads((folder / "e2e_gemma3" / row["job"] / "record.json").read_text())["speed"]
-        for row in rows
+    records = [
+        json.loads((folder / "e2e_gemma3" / row["job"] / "record.json").read_text()) for row in rows
     ]
     index = next(  # rounds' ratios kept, their raw seconds not
         i
-        for i, speed in enumerate(speeds)
-        if speed.get("timing", {}).get("measured_speedup_decode_per_repeat") and "raw" not in speed
+        for i, record in enumerate(records)
+        if lacks_raw_timings(record)
+        and record["speed"].get("timing", {}).get("measured_speedup_decode_per_repeat")
     )
-    job = rows[index]["job"]
-    record = json.loads((folder / "e2e_gemma3" / job / "record.json").read_text())
+    job, record = rows[index]["job"], records[index]
     rounds = record["speed"]["timing"]["measured_speedup_decode_per_repeat"]
     assert float(rows[index]["measured_speedup_decode"]) == statistics.median(rounds)
     assert rows[index]["measured_speedup_e2e"] == ""
