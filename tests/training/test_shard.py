@@ -38,6 +38,8 @@ SHARDED = [
 #: How far the sharded run's losses may end from the single-process run's: the same data and
 #: weights, summed in another order (measured: 1.5e-6).
 LOSS_TOLERANCE = 1e-4
+#: The share of weights that may end further apart than that (AdamW's noise-gradient elements).
+STRAY_SHARE = 1e-3
 
 
 def _losses(run: Path) -> dict[str, list[float]]:
@@ -77,8 +79,17 @@ def test_shard_checkpoint_holds_the_single_process_weights(runs):
     two = torch.load(runs["sharded"] / "checkpoints" / "last.ckpt", weights_only=False)
     assert one["global_step"] == two["global_step"] == 4
     assert one["state_dict"].keys() == two["state_dict"].keys()
+    # AdamW divides each gradient by its own running scale, so an element whose gradient is
+    # summation noise steps by up to about the learning rate in either run's direction: a few
+    # elements may end that far apart (measured: 1 of 200k at 1.6e-4, lr 1e-3), the rest agree
+    # to the loss tolerance.
+    step = one["hyper_parameters"]["optimizer"]["lr"]
+    apart = total = 0
     for key, value in one["state_dict"].items():
-        assert torch.allclose(value, two["state_dict"][key], atol=LOSS_TOLERANCE), key
+        gap = (value - two["state_dict"][key]).abs()
+        assert float(gap.max()) <= step, key
+        apart, total = apart + int((gap > LOSS_TOLERANCE).sum()), total + gap.numel()
+    assert apart <= total * STRAY_SHARE, (apart, total)
 
 
 def test_shard_export_decodes_the_single_process_tokens(runs):
