@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
-from skipdecode.provenance import PROVENANCE_PACKAGES, provenance
+from skipdecode.provenance import PROVENANCE_PACKAGES, machine, provenance
 
 
 def _git_in(repo, home):
@@ -53,9 +55,28 @@ def test_provenance_fields():
     assert dev["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # kernels' ISA
     assert dev["cuda_available"] == torch.cuda.is_available()
     assert isinstance(dev["device"], str | None)
+    # the generation, where /proc/cpuinfo gives one: two CPUs of one name told apart
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file() and "cpu family" in cpuinfo.read_text():
+        assert re.fullmatch(r"family \d+ model \d+( stepping \d+)?", dev["cpu_generation"])
+    label = machine(dev)
+    assert label.startswith(str(dev["cpu"])) and dev["cpu_capability"] in label
     ts = dt.datetime.fromisoformat(prov["timestamp_utc"].replace("Z", "+00:00"))
     assert abs((dt.datetime.now(dt.timezone.utc) - ts).total_seconds()) < 60
     assert prov["timestamp_utc"].endswith("Z")
+
+
+def test_a_machine_label_tells_two_cpus_of_one_name_apart_and_says_what_a_record_lacks():
+    milan = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "cpu_generation": "family 25 model 1"}
+    genoa = {**milan, "cpu_capability": "AVX512", "cpu_generation": "family 25 model 17"}
+    assert machine(milan) == "AMD EPYC (AVX2; family 25 model 1)" != machine(genoa)
+    older = {"cpu": "AMD EPYC", "cpu_capability": "AVX512"}  # before generations were kept
+    assert machine(older) == "AMD EPYC (AVX512; generation not recorded)"
+    assert machine({"cpu": "AMD EPYC"}) == (
+        "AMD EPYC (instruction set not recorded; generation not recorded)"
+    )
+    gpu = {**genoa, "cuda_devices": [{"name": "NVIDIA H100 80GB HBM3"}]}
+    assert machine(gpu) == "NVIDIA H100 80GB HBM3"
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")

@@ -22,8 +22,10 @@ __all__ = [
     "PROVENANCE_PACKAGES",
     "PROVENANCE_ENV",
     "ProvenanceError",
+    "cpu_generation",
     "cpu_model",
     "diff_missing",
+    "machine",
     "package_code",
     "provenance",
     "require_recorded_diff",
@@ -202,6 +204,37 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_generation() -> str | None:
+    """The CPU's family, model and stepping numbers as /proc/cpuinfo gives them on x86
+    (``"family 25 model 1 stepping 1"``), or None where it gives none. A virtual machine may
+    name two generations alike (``AMD EPYC``); these numbers tell them apart."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+    except OSError:
+        return None
+    parts = [(name, fields.get(key)) for name, key in
+             (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))]  # fmt: skip
+    return " ".join(f"{name} {value}" for name, value in parts if value) or None
+
+
+def machine(device: dict[str, Any]) -> str:
+    """A record's machine in one label (``device``: its ``provenance.device``): the GPU where
+    one ran, else the CPU with the instruction set of torch's kernels and its generation, each
+    said to be unrecorded where the record predates it."""
+    gpus = device.get("cuda_devices") or []
+    if gpus:
+        return str(gpus[0].get("name") or "an unnamed GPU")
+    isa = device.get("cpu_capability") or "instruction set not recorded"
+    generation = device.get("cpu_generation") or "generation not recorded"
+    return f"{device.get('cpu') or 'an unrecorded CPU'} ({isa}; {generation})"
+
+
 def _versions(names: Iterable[str]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in names:
@@ -213,7 +246,11 @@ def _versions(names: Iterable[str]) -> dict[str, str | None]:
 
 
 def _device_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"cpu": cpu_model(), "cpu_count": os.cpu_count()}
+    info: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpu_generation": cpu_generation(),
+        "cpu_count": os.cpu_count(),
+    }
     try:
         import torch
     except ImportError:

@@ -565,6 +565,31 @@ def test_the_provenance_page_lists_the_speedups_that_do_not_recompute_from_raw_t
     assert listed == ["- `f/1/record.json`", "- `bench/decode-x.json` (1 variant; a CPU)"]
 
 
+def test_the_provenance_page_counts_each_folders_records_per_machine(tmp_path):
+    """Two CPUs of one name with other kernels or generations are two machines; a GPU record
+    is its GPU's; a record older than a field says it is not recorded."""
+    import json
+
+    from skipdecode.experiments.sweeps.audit import audit_page
+
+    milan = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "cpu_generation": "family 25 model 1"}
+    genoa = {**milan, "cpu_capability": "AVX512", "cpu_generation": "family 25 model 17"}
+    h100 = {"cpu": "AMD EPYC", "cuda_devices": [{"name": "NVIDIA H100"}]}
+    for rel, device in [("f/1", genoa), ("f/2", genoa), ("f/3", milan), ("f/4", {"cpu": "AMD EPYC"}),
+                        ("g/1", h100)]:  # fmt: skip
+        (tmp_path / rel).mkdir(parents=True)
+        (tmp_path / rel / "record.json").write_text(json.dumps({"provenance": {"device": device}}))
+    section = audit_page(tmp_path).split("## Machines of each folder's records")[1]
+    rows = [line for line in section.split("##")[0].splitlines() if line.startswith("| f |") or
+            line.startswith("| g |")]  # fmt: skip
+    assert rows == [
+        "| f | AMD EPYC (AVX2; family 25 model 1) | 1 |",
+        "| f | AMD EPYC (AVX512; family 25 model 17) | 2 |",
+        "| f | AMD EPYC (instruction set not recorded; generation not recorded) | 1 |",
+        "| g | NVIDIA H100 | 1 |",
+    ]
+
+
 def test_the_provenance_page_counts_the_code_versions_of_each_folders_clean_records(tmp_path):
     """Commits that change only docs or results are one code version; a change under src is
     another; outside a repository the version is unknown."""

@@ -115,7 +115,7 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
         _generations(job, ["a", "b", "c"], gzipped=True, device=xeon)
     evaluated = tmp_path / "cells"
     _generations(evaluated / "1", ["a", "b", "c"], device=xeon)  # the same outputs
-    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX512"}
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cpu_generation": "family 25 model 17"}
     _generations(evaluated / "2", ["a", "x", "c"], device=epyc)  # one otherwise, another CPU
     for job in jobs:
         cell = sweeps / f"rerun_scitldr_{job.name}" / "0" / "cell.json"
@@ -128,10 +128,12 @@ def test_a_rerun_whose_outputs_changed_is_published_only_with_its_whole_folder(
         "run",
         lambda cmd, check: ran.append(cmd[2]) or subprocess.CompletedProcess(cmd, 0),
     )
-    differ = r"scitldr/2: 1 of 3 outputs differ \(published from Intel\(R\) Xeon\(R\) Processor, "
-    with pytest.raises(
-        RerunError, match=differ + r"rerun on AMD EPYC \(AVX512\)\): outputs differ when"
-    ):
+    differ = (
+        r"scitldr/2: 1 of 3 outputs differ \(published from Intel\(R\) Xeon\(R\) Processor "
+        r"\(instruction set not recorded; generation not recorded\), "
+        r"rerun on AMD EPYC \(AVX512; family 25 model 17\)\): outputs differ when"
+    )
+    with pytest.raises(RerunError, match=differ):
         rerun([jobs[1]], sweeps=sweeps, say=lambda _: None)
     assert ran == []  # nothing published
     said = []

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import write_text_atomic
-from ...provenance import diff_missing
+from ...provenance import diff_missing, machine
 from .pending import pending_section
 
 __all__ = [
@@ -145,6 +145,26 @@ def _code_section(clean: Mapping[str, list[str]], code: Callable[[str], str | No
     return lines
 
 
+def _machine_section(machines: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """The page's section on the machines of each folder's records (``machines``: folder ->
+    machine label -> records)."""
+    lines = [
+        "## Machines of each folder's records",
+        "",
+        "Each record names the machine it ran on (`provenance.device`): the GPU, or the CPU with "
+        "the instruction set of torch's kernels and the CPU's generation (family, model, "
+        "stepping). Two CPUs of one name can differ in both; another instruction set rounds "
+        "otherwise, so a cell trained or decoded again on it can write other text, and its "
+        "times are another machine's. Records older than a field say it is not recorded.",
+        "",
+        "| folder | machine | records |",
+        "|---|---|---|",
+    ]
+    for folder, labels in sorted(machines.items()):
+        lines += [f"| {folder} | {label} | {n} |" for label, n in sorted(labels.items())]
+    return lines
+
+
 def unrecorded_training_runs(results: Path) -> list[Path]:
     """Training records (``metrics.json`` of a run kept under ``results/``) that hold no
     provenance: written before training runs recorded theirs."""
@@ -167,12 +187,15 @@ def audit_page(results: Path, found: Found | None = None) -> str:
     counts: dict[str, list[int]] = {}  # folder -> records per kind (_kind)
     listed: dict[int, list[tuple[str, str | None]]] = {2: [], 3: [], 4: []}
     clean: dict[str, list[str]] = {}  # folder -> the commit of each clean record
+    machines: dict[str, dict[str, int]] = {}  # folder -> machine label -> records
     known = commit_lookup(results)
     for path, prov in records(results) if found is None else found:
         rel = path.relative_to(results)
         folder = rel.parts[0] if len(rel.parts) > 1 else "."
         kind = _kind(prov, known)
         counts.setdefault(folder, [0, 0, 0, 0, 0])[kind] += 1
+        label = machine(prov.get("device") or {})
+        machines.setdefault(folder, {})[label] = machines.get(folder, {}).get(label, 0) + 1
         if kind == 0 and (prov.get("git") or {}).get("commit"):
             clean.setdefault(folder, []).append(str(prov["git"]["commit"]))
         if kind in listed:
@@ -199,6 +222,8 @@ def audit_page(results: Path, found: Found | None = None) -> str:
         ),
         "",
         *_code_section(clean, code_lookup(results)),
+        "",
+        *_machine_section(machines),
         "",
         f"## Records whose diff lacks the files the run added ({len(listed[2])})",
         "",

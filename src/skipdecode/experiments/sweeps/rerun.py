@@ -47,6 +47,7 @@ from pathlib import Path
 
 from ...evaluation.record import RECORD_FILE
 from ...io import read_json_or_none
+from ...provenance import machine
 from .cell_outputs import cell_generations
 from .identity import CELL_FILE
 from .pending import print_pending
@@ -124,10 +125,8 @@ def _outputs(record: Path) -> list | None:
 
 
 def _machine(record: Path) -> str:
-    """The CPU a record ran on, with the instruction set of torch's kernels where it says."""
-    device = ((read_json_or_none(record) or {}).get("provenance") or {}).get("device") or {}
-    cpu, isa = device.get("cpu") or "an unrecorded CPU", device.get("cpu_capability")
-    return f"{cpu} ({isa})" if isa else str(cpu)
+    """The machine a record ran on (:func:`skipdecode.provenance.machine`)."""
+    return machine(((read_json_or_none(record) or {}).get("provenance") or {}).get("device") or {})
 
 
 def _changed_outputs(run: Rerun, cell: dict) -> str | None:
