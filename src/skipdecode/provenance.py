@@ -227,7 +227,7 @@ def machine(device: dict[str, Any]) -> str:
     """A record's machine in one label (``device``: its ``provenance.device``): the GPU where
     one ran, else the CPU with the instruction set of torch's kernels and its generation, each
     said to be unrecorded where the record predates it."""
-    gpus = device.get("cuda_devices") or []
+    gpus = [gpu for gpu in device.get("cuda_devices") or [] if isinstance(gpu, dict)]
     if gpus:
         return str(gpus[0].get("name") or "an unnamed GPU")
     isa = device.get("cpu_capability") or "instruction set not recorded"

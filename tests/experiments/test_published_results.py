@@ -562,7 +562,10 @@ def test_the_provenance_page_lists_the_speedups_that_do_not_recompute_from_raw_t
     section = audit_page(tmp_path).split("## Records whose speedups do not recompute")[1]
     assert section.startswith(" from raw timings (2)")
     listed = [line for line in section.splitlines() if line.startswith("- ")]
-    assert listed == ["- `f/1/record.json`", "- `bench/decode-x.json` (1 variant; a CPU)"]
+    assert listed == [
+        "- `f/1/record.json`",
+        "- `bench/decode-x.json` (1 variant; a CPU (instruction set not recorded; generation not recorded))",
+    ]
 
 
 def test_the_provenance_page_counts_each_folders_records_per_machine(tmp_path):

@@ -182,7 +182,7 @@ def test_pending_lists_benchmarks_timed_without_their_raw_seconds_with_their_com
     bench = tmp_path / "bench"
     bench.mkdir()
     argv = ["/w/src/skipdecode/bench.py", "--shapes", "tiny", "--name", "x y"]
-    cpu = {"cpu": "AMD EPYC", "cuda_devices": []}
+    cpu = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cuda_devices": []}
 
     def write(name, variants, device=cpu):
         prov = {"argv": argv, "device": device}
@@ -200,8 +200,8 @@ def test_pending_lists_benchmarks_timed_without_their_raw_seconds_with_their_com
     )
     listed = {p.stem: (n, device) for p, n, device, _ in pending_benchmarks(tmp_path)}
     assert listed == {
-        "decode": (2, "AMD EPYC"),
-        "train": (1, "AMD EPYC"),
+        "decode": (2, "AMD EPYC (AVX512; generation not recorded)"),
+        "train": (1, "AMD EPYC (AVX512; generation not recorded)"),
         "lossless": (1, "NVIDIA H200"),
     }
     assert bench_command(argv) == "python -m skipdecode.bench --shapes tiny --name 'x y'"

@@ -13,6 +13,7 @@ from pathlib import Path
 from ...evaluation.record import RECORD_FILE
 from ...evaluation.speed import own_baseline
 from ...io import read_json_or_none
+from ...provenance import machine
 from ..benchmarks.bench_timing import variants_without_raw
 from .identity import CELL_FILE
 
@@ -68,13 +69,8 @@ def pending_benchmarks(results: Path) -> list[tuple[Path, int, str, str]]:
         missing = variants_without_raw(record)
         if missing:
             prov = record["provenance"]
-            gpus = (prov.get("device") or {}).get("cuda_devices") or []
-            gpu = gpus[0] if isinstance(gpus[0] if gpus else None, dict) else {}
-            device = (
-                gpu.get("name") or (prov.get("device") or {}).get("cpu") or "an unrecorded device"
-            )
             argv = prov.get("argv") or ["(not recorded)"]
-            found.append((path, missing, str(device), bench_command(argv)))
+            found.append((path, missing, machine(prov.get("device") or {}), bench_command(argv)))
     return found
 
 
