@@ -162,18 +162,26 @@ def test_pending_lists_the_records_that_publish_a_speedup_without_its_raw_timing
         "5": {"measured_speedup_decode": 1.0, "baseline": {"schedule": "self"}},
         "6": {"measured_speedup_decode": None},
     }
+    genoa = {"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cpu_generation": "family 25 model 17"}
     for name, speed in speeds.items():
         job = tmp_path / "results" / "scitldr" / name
         job.mkdir(parents=True)
-        (job / "record.json").write_text(json.dumps({"speed": speed}))
+        device = genoa if name != "6" else {"cpu": "AMD EPYC"}
+        (job / "record.json").write_text(
+            json.dumps({"speed": speed, "provenance": {"device": device}})
+        )
     folder = tmp_path / "results" / "scitldr"
     assert pending(tmp_path / "results") == {folder: [folder / "3", folder / "10"]}
     for name in ("3", "4", "10"):  # sweep jobs; 4 keeps its raw timings
         (folder / name / "cell.json").write_text("{}")
     rerun_module.main(["--pending", str(tmp_path / "results")])
     said = capsys.readouterr().out.splitlines()
-    assert said[1] == f"  python -m skipdecode.experiments.sweeps.rerun {folder}/3 {folder}/10"
-    assert said[2].endswith(f"rerun {folder}/3 {folder}/4 {folder}/10)")  # where refused
+    assert said[1] == (  # the machine a rerun should run on, most records first
+        "  its records ran on: AMD EPYC (AVX512; family 25 model 17) (4); "
+        "AMD EPYC (instruction set not recorded; generation not recorded) (1)"
+    )
+    assert said[2] == f"  python -m skipdecode.experiments.sweeps.rerun {folder}/3 {folder}/10"
+    assert said[3].endswith(f"rerun {folder}/3 {folder}/4 {folder}/10)")  # where refused
 
 
 def test_pending_lists_benchmarks_timed_without_their_raw_seconds_with_their_commands(tmp_path):

@@ -18,7 +18,8 @@ from ..benchmarks.bench_timing import variants_without_raw
 from .identity import CELL_FILE
 
 __all__ = [
-    "bench_command", "lacks_raw_timings", "natural_order", "pending", "pending_benchmarks",
+    "bench_command", "folder_machines", "lacks_raw_timings", "natural_order", "pending",
+    "pending_benchmarks",
     "pending_section", "print_pending",
 ]  # fmt: skip
 
@@ -47,6 +48,18 @@ def pending(results: Path) -> dict[Path, list[Path]]:
         if record is not None and lacks_raw_timings(record):
             found.setdefault(path.parent.parent, []).append(path.parent)
     return found
+
+
+def folder_machines(folder: Path) -> dict[str, int]:
+    """How many of ``folder``'s job records ran on each machine
+    (:func:`skipdecode.provenance.machine`), most first."""
+    counts: dict[str, int] = {}
+    for path in folder.glob(f"*/{RECORD_FILE}"):
+        prov = (read_json_or_none(path) or {}).get("provenance")
+        if isinstance(prov, dict):
+            label = machine(prov.get("device") or {})
+            counts[label] = counts.get(label, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def bench_command(argv: Sequence[str]) -> str:
@@ -80,6 +93,9 @@ def print_pending(results: Path, say=print) -> None:
     command for every job: what a rerun whose outputs differ needs)."""
     for folder, jobs in pending(results).items():
         say(f"{folder}: {len(jobs)} without raw timings: {' '.join(j.name for j in jobs)}")
+        machines = folder_machines(folder)
+        if machines:  # a rerun on another machine writes another machine's outputs and times
+            say("  its records ran on: " + "; ".join(f"{m} ({n})" for m, n in machines.items()))
         if all((j / CELL_FILE).is_file() for j in jobs):
             say(f"  python -m skipdecode.experiments.sweeps.rerun {' '.join(map(str, jobs))}")
             every = sorted((c.parent for c in folder.glob(f"*/{CELL_FILE}")), key=natural_order)
