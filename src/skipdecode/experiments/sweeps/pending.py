@@ -19,8 +19,7 @@ from .identity import CELL_FILE
 
 __all__ = [
     "bench_command", "folder_machines", "lacks_raw_timings", "natural_order", "pending",
-    "pending_benchmarks",
-    "pending_section", "print_pending",
+    "pending_benchmarks", "pending_section", "print_pending",
 ]  # fmt: skip
 
 

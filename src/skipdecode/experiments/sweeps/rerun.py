@@ -28,10 +28,10 @@ interrupted command resumes where it stopped::
 speedup without the raw timings it comes from (what ``make audit`` counts as not recomputable),
 each folder's rerun command and the machines its records ran on beside them (a rerun belongs on
 the folder's machine: another one writes other outputs and times); a folder whose rerun must be
-whole (its code changed since) is rerun with every job. It then lists the benchmark records (``results/bench/``) whose
-variants are timed without the seconds they come from, with the device each ran on and the
-command it ran (a benchmark is rerun by running that command again, on a quiet machine of the
-same kind)::
+whole (its code changed since) is rerun with every job. It then lists the benchmark records
+(``results/bench/``) whose variants are timed without the seconds they come from, with the
+machine each ran on and the command it ran (a benchmark is rerun by running that command
+again, on a quiet machine of the same kind)::
 
     python -m skipdecode.experiments.sweeps.rerun --pending results
 """
