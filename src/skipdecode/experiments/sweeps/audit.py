@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -187,15 +188,14 @@ def audit_page(results: Path, found: Found | None = None) -> str:
     counts: dict[str, list[int]] = {}  # folder -> records per kind (_kind)
     listed: dict[int, list[tuple[str, str | None]]] = {2: [], 3: [], 4: []}
     clean: dict[str, list[str]] = {}  # folder -> the commit of each clean record
-    machines: dict[str, dict[str, int]] = {}  # folder -> machine label -> records
+    machines: dict[str, Counter[str]] = {}  # folder -> machine label -> records
     known = commit_lookup(results)
     for path, prov in records(results) if found is None else found:
         rel = path.relative_to(results)
         folder = rel.parts[0] if len(rel.parts) > 1 else "."
         kind = _kind(prov, known)
         counts.setdefault(folder, [0, 0, 0, 0, 0])[kind] += 1
-        label = machine(prov.get("device") or {})
-        machines.setdefault(folder, {})[label] = machines.get(folder, {}).get(label, 0) + 1
+        machines.setdefault(folder, Counter())[machine(prov.get("device") or {})] += 1
         if kind == 0 and (prov.get("git") or {}).get("commit"):
             clean.setdefault(folder, []).append(str(prov["git"]["commit"]))
         if kind in listed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,12 +53,10 @@ def pending(results: Path) -> dict[Path, list[Path]]:
 def folder_machines(folder: Path) -> dict[str, int]:
     """How many of ``folder``'s job records ran on each machine
     (:func:`skipdecode.provenance.machine`), most first."""
-    counts: dict[str, int] = {}
-    for path in folder.glob(f"*/{RECORD_FILE}"):
-        prov = (read_json_or_none(path) or {}).get("provenance")
-        if isinstance(prov, dict):
-            label = machine(prov.get("device") or {})
-            counts[label] = counts.get(label, 0) + 1
+    provs = [
+        (read_json_or_none(p) or {}).get("provenance") for p in folder.glob(f"*/{RECORD_FILE}")
+    ]
+    counts = Counter(machine(prov.get("device") or {}) for prov in provs if isinstance(prov, dict))
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
