@@ -277,3 +277,21 @@ def test_architecture_checks_see_planted_violations(tmp_path):
     assert studies_imports(root) == ["core/c.py:2 imports studies.spec_bench"]
     (root / "core" / "d.py").write_text("def long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
     assert long_functions(root) == {"core/d.py": {"long"}}
+
+
+def test_decoding_and_evaluating_import_neither_lightning_nor_the_compiler():
+    """Lightning is imported where a model trains (or a ``.ckpt`` is exported), torch's
+    compiler where a decoder compiles: an evaluation of an exported model, a decode on the
+    eager path and the CLIs' ``--help`` start without either (about 4 s of imports here)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, skipdecode.core.engine, skipdecode.evaluation.evaluate\n"
+        "print(sorted(m for m in ('pytorch_lightning', 'torch._inductor', 'torch._dynamo')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -47,16 +47,12 @@ from torch import nn
 from .adapters import DecoderAdapter
 from .cache import StaticKVCache
 from .graphs import Recorder, StaticHead, StaticPass
-from .matmul_forms import MATMUL_FORMS, MatmulForms, SmallBatchMatmul
 from .step_graphs import StepGraphs
 
-__all__ = [
-    "CAPACITY_BUCKET",
-    "COMPILE_MODES",
-    "CompiledLayers",
-    "CompileTime",
-    "bucketed_capacity",
-]
+if TYPE_CHECKING:  # imported where a decoder compiles (it imports torch._inductor: ~3 s)
+    from .matmul_forms import MatmulForms
+
+__all__ = ["CAPACITY_BUCKET", "COMPILE_MODES", "CompiledLayers", "CompileTime", "bucketed_capacity"]
 
 CAPACITY_BUCKET = 64  # cache capacities are multiples of this on the compiled path
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -135,7 +131,7 @@ class CompiledLayers:
         self,
         adapter: DecoderAdapter,
         mode: str = "default",
-        forms: MatmulForms = MATMUL_FORMS,
+        forms: MatmulForms | None = None,
         graph: str = "layer",
         cuda_graphs: bool = False,
     ):
@@ -153,7 +149,6 @@ class CompiledLayers:
         self.adapter = adapter
         self.mode = mode
         self.graph = graph
-        self.forms = forms  # the product forms the graphs were written with (timed per shape)
         # Dynamo keeps compiled graphs per code object: every model in a process (each layer
         # kind, batch, positions and capacity) adds entries to _layer_step's, and past the limit
         # it would silently run eager. A process that decodes several models, or the lossless
@@ -163,7 +158,11 @@ class CompiledLayers:
         # torch.compile takes a mode or options: the mode's own options, plus the pass
         from torch._inductor import list_mode_options
 
-        options = {**list_mode_options(mode), "post_grad_custom_post_pass": SmallBatchMatmul(forms)}
+        from .matmul_forms import MATMUL_FORMS, SmallBatchMatmul
+
+        self.forms = forms or MATMUL_FORMS  # the graphs' product forms (timed per shape)
+        pass_ = SmallBatchMatmul(self.forms)
+        options = {**list_mode_options(mode), "post_grad_custom_post_pass": pass_}
         # fullgraph: a graph break would split a step into pieces (and a CUDA graph into none)
         self.fullgraph = True
         self.compile_fn = functools.partial(
@@ -183,8 +182,7 @@ class CompiledLayers:
         self._passes: dict[tuple[int, int, int], StaticPass] = {}
         self._heads: dict[tuple[int, int], StaticHead] = {}
         if cuda_graphs:
-            device = next(adapter.model.parameters()).device
-            self.recorder = Recorder(device)
+            self.recorder = Recorder(next(adapter.model.parameters()).device)
         if graph == "step" and not cuda_graphs:
             raise ValueError(
                 "compile graph 'step' records whole decode steps as CUDA graphs: it needs "

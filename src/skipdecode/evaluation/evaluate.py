@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
+import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -314,8 +315,18 @@ def _start(cfg: DictConfig | Mapping[str, Any]) -> tuple[dict[str, Any], Path, i
     seed = int(c.get("seed", 0))
     if ev.get("threads"):
         torch.set_num_threads(int(ev["threads"]))
-    pl.seed_everything(seed, verbose=False)
+    _seed_everything(seed)
     return c, out_dir, seed
+
+
+def _seed_everything(seed: int) -> None:
+    """Python's, NumPy's and torch's generators seeded with ``seed`` (what Lightning's
+    ``seed_everything`` seeds, without importing Lightning into an evaluation)."""
+    if not 0 <= seed < 2**32:
+        raise EvaluationError(f"seed: {seed} is not allowed; use an integer in [0, 2**32)")
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def _rows(s: _Setup, run: GenerationRun, per_input: Mapping[str, Any]) -> list[dict[str, Any]]:

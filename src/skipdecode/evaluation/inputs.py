@@ -23,7 +23,6 @@ from ..data.collate import encode_prompt, left_pad
 from ..data.datasets import group_by_source, load_split, target_lengths
 from ..models.loading import load_pretrained_dir
 from ..schedules import Schedule, ScheduleError, build_schedule
-from ..training.export import export_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +95,8 @@ def load_model(
         if work_dir is None:
             raise EvaluationError("a .ckpt checkpoint needs a work_dir to export it into")
         out = Path(work_dir) / "model"
+        from ..training.export import export_checkpoint  # Lightning, for a checkpoint only
+
         export_checkpoint(str(path), str(out))
         path, source = out, "checkpoint"
     elif not _is_model_dir(path):
