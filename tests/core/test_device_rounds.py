@@ -19,6 +19,9 @@ from skipdecode.schedules import FullSchedule, build_schedule
 
 NEW = 12
 CONSTANT = {"name": "budgets", "budgets": [3], "warmup_layers": 1}
+#: The prompts' lengths of the compiled rounds' tests: one batch shape, compiled once for the
+#: module (each new batch size compiles its layer step, head and the round's ends anew).
+LENGTHS = [5, 9, 4, 6, 7, 3]
 
 
 @pytest.fixture(scope="module")
@@ -31,25 +34,35 @@ def _lossless(k: int, draft=CONSTANT, new=NEW, **settings):
     return build_schedule({"name": "speculative", "draft": draft, "k": k, **settings}, 6, new)
 
 
-def test_device_rounds_equal_the_full_model_and_count_as_the_host_driven_round(decoders):
+def test_device_rounds_equal_the_full_model_and_count_as_the_host_driven_round(
+    decoders, monkeypatch
+):
+    """k = 2 on the compiled rounds; k = 3 with rows stopping, the batch compacting into the
+    pool's buckets, on rounds recorded from the plain functions (``uncompiled``: each bucket's
+    shapes would compile anew, most of this test's time, and compiled rounds are checked at
+    k = 2)."""
     eager, steps = decoders
-    ids, mask = left_padded_batch([5, 9, 4, 6, 7, 3], seed=6)
+    plain = uncompiled(
+        SkipDecoder(eager.model, compile="reduce-overhead", compile_graph="step"),
+        monkeypatch,
+    )
+    ids, mask = left_padded_batch(LENGTHS, seed=6)
     ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
     eos = int(ref.generated_ids[0, 3])  # rows stop early, the batch compacts
     stops = {"eos_token_id": [eos], "pad_token_id": PAD}
     full_eos = eager.generate(ids, FullSchedule(6), NEW, mask, **stops)
     assert min(full_eos.stats.generated_lengths) < NEW // 2
     # each draft length once, one of them with rows stopping (compiling every pair costs twice)
-    for k, full, kw in ((2, ref, {"eos_token_id": []}), (3, full_eos, stops)):
+    for k, full, kw, rounds in ((2, ref, {"eos_token_id": []}, steps), (3, full_eos, stops, plain)):
         host = eager.generate(ids, _lossless(k), NEW, mask, **kw)
-        out = steps.generate(ids, _lossless(k), NEW, mask, **kw)
+        out = rounds.generate(ids, _lossless(k), NEW, mask, **kw)
         assert out.stats.graph == "round" and out.stats.graph_fallback is None
         assert torch.equal(out.generated_ids, full.generated_ids), (k, kw)
         assert out.stats.generated_lengths == full.stats.generated_lengths
         mine, theirs = out.stats.speculation, host.stats.speculation
         for name in ("rounds", "row_rounds", "drafted", "accepted", "by_budget"):
             assert getattr(mine, name) == getattr(theirs, name), (k, kw, name)
-    shapes = {batch for batch, _ in steps.pool.shapes}
+    shapes = {batch for batch, _ in plain.pool.shapes}
     assert {6, 4}.issubset(shapes)  # compacted into the pool's buckets
 
 
@@ -58,7 +71,7 @@ def test_device_rounds_write_only_their_state_and_the_cache_and_never_sync(decod
     functions) under watch, recorded anew so the recording run is watched too."""
     _, steps = decoders
     compiled = steps.compiled
-    ids, mask = left_padded_batch([5, 9, 4, 6], seed=6)
+    ids, mask = left_padded_batch(LENGTHS, seed=6)
     steps.generate(ids, _lossless(2), 4, mask, eos_token_id=[])  # the rounds' graphs exist
     monkeypatch.setattr(compiled, "_layer", compiled_module._layer_step)
     monkeypatch.setattr(compiled, "_head", steps.adapter.head)
@@ -85,7 +98,7 @@ def test_device_rounds_write_only_their_state_and_the_cache_and_never_sync(decod
 def test_device_rounds_read_the_host_far_less_often_than_they_run(decoders, monkeypatch):
     _, steps = decoders
     new = 40
-    ids, mask = left_padded_batch([5, 9], seed=6)
+    ids, mask = left_padded_batch(LENGTHS, seed=6)
     steps.generate(ids, _lossless(2), 4, mask, eos_token_id=[])  # the rounds' graphs exist
     reads, rounds = Syncs(monkeypatch), []
     one_round = steps.compiled.rounds.round
@@ -117,7 +130,7 @@ def test_device_rounds_read_the_host_far_less_often_than_they_run(decoders, monk
 )  # fmt: skip
 def test_device_rounds_what_they_cannot_do_runs_the_host_driven_round(decoders, settings, reason):
     eager, steps = decoders
-    ids, mask = left_padded_batch([5, 9], seed=6)
+    ids, mask = left_padded_batch(LENGTHS, seed=6)
     ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
     out = steps.generate(ids, _lossless(2, **settings), NEW, mask, eos_token_id=[])
     assert out.stats.graph == "layer" and out.stats.graph_fallback == reason

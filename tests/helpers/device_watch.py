@@ -73,8 +73,9 @@ def uncompiled(dec, monkeypatch):
     """``dec`` with its compiled parts swapped for the plain functions they compile (what a
     recording runs, without compiling; the compiled parts are tested where they are built)."""
     compiled, graphs = dec.compiled, dec.compiled.steps
-    monkeypatch.setattr(graphs, "_prologue", _step_graphs._prologue)
-    monkeypatch.setattr(graphs, "_epilogue", _step_graphs._epilogue)
+    if graphs is not None:  # whole-step graphs (compile_graph="step")
+        monkeypatch.setattr(graphs, "_prologue", _step_graphs._prologue)
+        monkeypatch.setattr(graphs, "_epilogue", _step_graphs._epilogue)
     monkeypatch.setattr(compiled, "_layer", _compiled._layer_step)
     monkeypatch.setattr(compiled, "_head", dec.adapter.head)
     return dec
