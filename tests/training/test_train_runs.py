@@ -18,6 +18,7 @@ from train_utils import FAST, SHARED_E2E, SimulatedCrash, make_cfg
 from transformers import AutoModelForCausalLM
 
 from skipdecode.core.engine import SkipDecoder
+from skipdecode.evaluation.inputs import load_model
 from skipdecode.models.loading import load_pretrained_dir
 from skipdecode.training.train import train
 
@@ -51,6 +52,21 @@ def test_training_lowers_validation_loss(runs: dict) -> None:
     assert desc["name"] == "linear" and desc["num_layers"] == 8
     assert desc["decay_tokens"] == objects["run_info"]["expected_length"]
     assert "val/loss_full" in metrics  # the cost of skipping, measured with every layer
+
+
+def test_a_checkpoint_given_to_the_evaluation_loads_the_weights_it_exported(
+    runs: dict, tmp_path: Path
+) -> None:
+    """``checkpoint=<a .ckpt>``: the evaluation exports it first (Lightning is imported for that
+    alone) and decodes the weights the run exported from that checkpoint."""
+    _, _, objects = runs["target_2x"]
+    loaded = load_model(objects["best_ckpt"], tmp_path, "cpu")
+    assert loaded.source == "checkpoint" and loaded.path == tmp_path / "model"
+    exported, _, meta = load_pretrained_dir(Path(objects["export_dir"]))
+    assert loaded.meta["schedule"] == meta["schedule"]
+    mine, theirs = loaded.model.state_dict(), exported.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[name], theirs[name]) for name in mine)
 
 
 def test_wandb_offline_run_is_written_into_output_dir(runs: dict) -> None:
