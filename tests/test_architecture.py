@@ -8,6 +8,8 @@ still a cycle.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -283,9 +285,6 @@ def test_decoding_and_evaluating_import_neither_lightning_nor_the_compiler():
     """Lightning is imported where a model trains (or a ``.ckpt`` is exported), torch's
     compiler where a decoder compiles: an evaluation of an exported model, a decode on the
     eager path and the CLIs' ``--help`` start without either (about 4 s of imports here)."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, skipdecode.core.engine, skipdecode.evaluation.evaluate\n"
         "print(sorted(m for m in ('pytorch_lightning', 'torch._inductor', 'torch._dynamo')"

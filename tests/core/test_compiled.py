@@ -16,11 +16,12 @@ import time
 
 import pytest
 import torch
+from device_watch import uncompiled
 from tiny_models import PAD, left_padded_batch, tiny_family, tiny_llama, tiny_opt
 from torch import nn
 from torch._dynamo.utils import counters
 
-from skipdecode.core.compiled import CompiledLayers, _plan_step, bucketed_capacity
+from skipdecode.core.compiled import CompiledLayers, bucketed_capacity
 from skipdecode.core.engine import SkipDecoder
 from skipdecode.core.matmul_forms import (
     SMALL_ROWS,
@@ -349,8 +350,7 @@ def test_one_graph_per_plan_equals_eager_and_the_full_model(
         {"name": "speculative", "draft": {"name": "budgets", "budgets": [3]}, "k": 2}, 6, NEW
     )
     if not lossless_compiled:
-        monkeypatch.setattr(dec.compiled, "_plan", _plan_step)
-        monkeypatch.setattr(dec.compiled, "_head", dec.adapter.head)
+        uncompiled(dec, monkeypatch)
     fast = dec.generate(ids, spec, NEW, mask, eos_token_id=[], pad_token_id=PAD)
     assert torch.equal(fast.sequences, eager.sequences)
     assert fast.stats.speculation.drafted > 0

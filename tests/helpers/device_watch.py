@@ -77,5 +77,7 @@ def uncompiled(dec, monkeypatch):
         monkeypatch.setattr(graphs, "_prologue", _step_graphs._prologue)
         monkeypatch.setattr(graphs, "_epilogue", _step_graphs._epilogue)
     monkeypatch.setattr(compiled, "_layer", _compiled._layer_step)
+    monkeypatch.setattr(compiled, "_plan", _compiled._plan_step)
     monkeypatch.setattr(compiled, "_head", dec.adapter.head)
+    monkeypatch.setattr(compiled, "_subset_head", _compiled._subset_logits)
     return dec
