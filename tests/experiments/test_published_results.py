@@ -633,9 +633,10 @@ def test_the_provenance_page_counts_the_code_versions_of_each_folders_clean_reco
 
 @pytest.mark.parametrize("tokenizer", ["here", "absent"])
 def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path, monkeypatch, tokenizer):
-    """``make docs`` (experiments.pages) on a copy of the Gemma 3 folder: its tables, reach page
-    and the provenance page come out as committed (a clean clone stays clean), with or without
-    the model's tokenizer on the machine (older cells' output counts are kept beside them)."""
+    """``make docs`` (experiments.pages) on a copy of a SmolLM2 folder whose job 0 predates
+    records that count their outputs' tokens: its tables, reach page and the provenance page
+    come out as committed (a clean clone stays clean), with or without the model's tokenizer on
+    the machine (that cell's output counts are kept beside it)."""
     import shutil
 
     from skipdecode.experiments.sweeps import cell_outputs
@@ -644,11 +645,13 @@ def test_make_docs_rewrites_a_published_folder_byte_for_byte(tmp_path, monkeypat
     if tokenizer == "absent":
         monkeypatch.setattr(cell_outputs, "_tokenizer", lambda key: None)
 
-    folder = tmp_path / "results" / "e2e_gemma3"
-    shutil.copytree(RESULTS / "e2e_gemma3", folder)
+    folder = tmp_path / "results" / "e2e_smollm2_fit"
+    shutil.copytree(RESULTS / "e2e_smollm2_fit", folder)
+    assert (folder / "0" / cell_outputs.RECOUNT_FILE).is_file()
     done = write_pages(tmp_path / "results", only=("tables", "summaries", "reach"))
-    assert done[0].startswith("e2e_gemma3: tables, summaries: no summarization cells, reach")
+    assert done[0].startswith("e2e_smollm2_fit: tables, summaries: no summarization cells, reach")
     for name in ("results.md", "results.csv", "cells.md", "samples.md", "matched.md", "reach.md"):
-        assert (folder / name).read_bytes() == (RESULTS / "e2e_gemma3" / name).read_bytes(), name
+        expected = (RESULTS / "e2e_smollm2_fit" / name).read_bytes()
+        assert (folder / name).read_bytes() == expected, name
     page = (tmp_path / "results" / "PROVENANCE.md").read_text()
-    assert "| e2e_gemma3 | 6 | 0 | 0 | 1 | 0 |" in page
+    assert "| e2e_smollm2_fit | 4 | 0 | 0 | 0 | 0 |" in page
