@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline}
 PYTEST_ARGS ?=
 # the default suite runs in two worker processes (one per core of the reference machine), one
-# torch thread each so that the two never oversubscribe the cores
+# torch thread each so that the two never oversubscribe the cores; the 25 slowest tests are printed
+# so that a CI log shows where the suite's time goes
 PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 .PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu reproduce-gpu-graphs docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu profile-gpu bench study clean
@@ -35,7 +36,7 @@ test: $(STAMP) ## Lint, then the default (fast) test suite offline (prepares Smo
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory smollm2 || { test -z "$$CI" && echo "WARNING: SmolLM2 conversion failed; real-weight tests will be skipped"; }
 	@$(MAKE) --no-print-directory gemma3 || { test -z "$$CI" && echo "WARNING: Gemma 3 conversion failed; its tests will be skipped"; }
-	$(OFFLINE) $(PYTEST_PARALLEL) $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(OFFLINE) $(PYTEST_PARALLEL) $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-slow: $(STAMP) ## Run the slow tests (real SmolLM2 weights, long training runs)
 	$(OFFLINE) $(PY) -m pytest -m slow $(PYTEST_ARGS)

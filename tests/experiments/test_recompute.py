@@ -17,6 +17,7 @@ from skipdecode.experiments.recompute.bench import check_bench
 from skipdecode.experiments.recompute.cli import audit, main
 from skipdecode.experiments.recompute.findings import Findings
 from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
+from skipdecode.experiments.sweeps.aggregate import aggregate
 from skipdecode.experiments.sweeps.audit import write_audit
 from skipdecode.experiments.sweeps.excerpts import table_cells
 from skipdecode.experiments.sweeps.pending import lacks_raw_timings
@@ -187,26 +188,48 @@ def test_the_paired_definition_puts_the_point_inside_its_interval():
     }
 
 
+#: What a record written before raw timings were kept lacked: its rounds' seconds, the rounds'
+#: end-to-end ratios and the statement of how prefill was pooled.
+LATER_TIMING_FIELDS = (
+    "measured_speedup_e2e_per_repeat", "measured_speedup_e2e_spread", "definition", "prefill",
+    "prefill_seconds_pooled",
+)  # fmt: skip
+
+
+def _written_before_raw_timings(folder: Path) -> int:
+    """Turn the first schedule record with raw timings into one written before they were kept
+    (the rounds' decode ratios and the written speedups stay), rebuild the folder's tables and
+    the provenance page, and return its row of ``cells.csv``."""
+    sweep = folder / "e2e_gemma3"
+    for row in csv.DictReader((sweep / "cells.csv").open(newline="")):
+        path = sweep / row["job"] / "record.json"
+        record = json.loads(path.read_text())
+        if record["speed"].get("raw") and record["speed"].get("timing"):  # not full's own
+            break
+    speed = record["speed"]
+    del speed["raw"]
+    for field in LATER_TIMING_FIELDS:
+        del speed["timing"][field]
+    assert lacks_raw_timings(record)
+    path.write_text(json.dumps(record, indent=2))
+    aggregate(sweep, plots=False)
+    write_audit(folder)  # the provenance page lists it
+    rows = list(csv.DictReader((sweep / "cells.csv").open(newline="")))
+    return next(i for i, r in enumerate(rows) if r["job"] == row["job"])
+
+
 def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(folder):
     """An older record keeps its rounds' ratios but no raw seconds: its cell shows their median
     and no end-to-end speedup; a cell showing the written point, or the written end-to-end
     figure, is a difference."""
+    index = _written_before_raw_timings(folder)
     cells = folder / "e2e_gemma3" / "cells.csv"
-    with cells.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    records = [
-        json.loads((folder / "e2e_gemma3" / row["job"] / "record.json").read_text()) for row in rows
-    ]
-    index = next(  # rounds' ratios kept, their raw seconds not
-        i
-        for i, record in enumerate(records)
-        if lacks_raw_timings(record)
-        and record["speed"].get("timing", {}).get("measured_speedup_decode_per_repeat")
-    )
-    job, record = rows[index]["job"], records[index]
+    row = list(csv.DictReader(cells.open(newline="")))[index]
+    job = row["job"]
+    record = json.loads((folder / "e2e_gemma3" / job / "record.json").read_text())
     rounds = record["speed"]["timing"]["measured_speedup_decode_per_repeat"]
-    assert float(rows[index]["measured_speedup_decode"]) == statistics.median(rounds)
-    assert rows[index]["measured_speedup_e2e"] == ""
+    assert float(row["measured_speedup_decode"]) == statistics.median(rounds)
+    assert row["measured_speedup_e2e"] == ""
     assert _differences(folder) == []
     written = record["speed"]["measured_speedup_e2e"]
     _edit_csv(cells, index, "measured_speedup_e2e", repr(written))
