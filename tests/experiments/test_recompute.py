@@ -206,6 +206,8 @@ def _written_before_raw_timings(folder: Path) -> int:
         record = json.loads(path.read_text())
         if record["speed"].get("raw") and record["speed"].get("timing"):  # not full's own
             break
+    else:
+        pytest.fail("no schedule record with raw timings to plant an older one from")
     speed = record["speed"]
     del speed["raw"]
     for field in LATER_TIMING_FIELDS:
