@@ -15,7 +15,7 @@ import pytest
 from skipdecode.evaluation.speed import paired_speedups
 from skipdecode.experiments.recompute.bench import check_bench
 from skipdecode.experiments.recompute.cli import audit, main
-from skipdecode.experiments.recompute.findings import Findings
+from skipdecode.experiments.recompute.findings import Findings, csv_rows
 from skipdecode.experiments.recompute.speeds import check_speeds, recomputed_speeds
 from skipdecode.experiments.sweeps.aggregate import aggregate
 from skipdecode.experiments.sweeps.audit import write_audit
@@ -196,12 +196,12 @@ LATER_TIMING_FIELDS = (
 )  # fmt: skip
 
 
-def _written_before_raw_timings(folder: Path) -> int:
+def _written_before_raw_timings(folder: Path) -> tuple[int, dict[str, str], dict]:
     """Turn the first schedule record with raw timings into one written before they were kept
     (the rounds' decode ratios and the written speedups stay), rebuild the folder's tables and
-    the provenance page, and return its row of ``cells.csv``."""
+    the provenance page, and return its index and row in ``cells.csv`` and the record."""
     sweep = folder / "e2e_gemma3"
-    for row in csv.DictReader((sweep / "cells.csv").open(newline="")):
+    for row in csv_rows(sweep / "cells.csv"):
         path = sweep / row["job"] / "record.json"
         record = json.loads(path.read_text())
         if record["speed"].get("raw") and record["speed"].get("timing"):  # not full's own
@@ -216,19 +216,17 @@ def _written_before_raw_timings(folder: Path) -> int:
     path.write_text(json.dumps(record, indent=2))
     aggregate(sweep, plots=False)
     write_audit(folder)  # the provenance page lists it
-    rows = list(csv.DictReader((sweep / "cells.csv").open(newline="")))
-    return next(i for i, r in enumerate(rows) if r["job"] == row["job"])
+    rows = csv_rows(sweep / "cells.csv")
+    index = next(i for i, r in enumerate(rows) if r["job"] == row["job"])
+    return index, rows[index], record
 
 
 def test_a_table_publishes_the_rounds_median_of_a_record_without_raw_timings(folder):
     """An older record keeps its rounds' ratios but no raw seconds: its cell shows their median
     and no end-to-end speedup; a cell showing the written point, or the written end-to-end
     figure, is a difference."""
-    index = _written_before_raw_timings(folder)
-    cells = folder / "e2e_gemma3" / "cells.csv"
-    row = list(csv.DictReader(cells.open(newline="")))[index]
-    job = row["job"]
-    record = json.loads((folder / "e2e_gemma3" / job / "record.json").read_text())
+    index, row, record = _written_before_raw_timings(folder)
+    cells, job = folder / "e2e_gemma3" / "cells.csv", row["job"]
     rounds = record["speed"]["timing"]["measured_speedup_decode_per_repeat"]
     assert float(row["measured_speedup_decode"]) == statistics.median(rounds)
     assert row["measured_speedup_e2e"] == ""
