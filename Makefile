@@ -12,8 +12,10 @@ OFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_M
 PYTEST_ARGS ?=
 # the default suite runs in two worker processes (one per core of the reference machine), one
 # torch thread each so that the two never oversubscribe the cores; the 25 slowest tests are printed
-# so that a CI log shows where the suite's time goes
-PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# so that a CI log shows where the suite's time goes. TORCHINDUCTOR_VEC_ISA_OK: inductor takes the
+# SIMD instruction sets the CPU reports as usable instead of compiling a probe for each (about 10 s
+# of each worker's first compile on a fresh machine); it picks the same set either way
+PYTEST_PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1
 
 .PHONY: help venv test test-slow lint format smollm2 gemma3 demo train reproduce reproduce-cpu reproduce-cpu-scitldr reproduce-cpu-gemma3 reproduce-gpu reproduce-gpu-graphs docs audit reproduce-cpu-tiny compare presets bench-speculative bench-gpu profile-gpu bench study clean
 
