@@ -164,6 +164,8 @@ def _same(tmp_path: Path, *pages: str) -> None:
         assert (tmp_path / "results" / page).read_bytes() == (RESULTS / page).read_bytes(), page
 
 
+@pytest.mark.slow  # rescoring every SciTLDR cell with the writers' ROUGE (18 s); the audit
+# recomputes the same numbers from the generations in the default suite
 def test_the_summary_pages_are_the_ones_their_writers_make_from_the_committed_cells(
     tmp_path, monkeypatch
 ):
