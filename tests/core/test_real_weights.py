@@ -74,8 +74,8 @@ def test_linear_schedule_runs_on_real_weights_and_reports_speedup(smollm2):
     assert st.decode_seconds > 0 and len(out.texts) == 3
 
 
-@pytest.mark.slow  # 16-22 s of the default suite; the same paths on tiny models of every
-# family stay there (tests/core/test_speculative.py, tests/core/test_compiled.py)
+@pytest.mark.slow  # 16 s of the default suite; the lossless mode on tiny models of every family
+# stays there (tests/core/test_speculative.py)
 def test_speculative_decoding_is_the_full_models_output_on_real_weights(smollm2):
     """Lossless SkipDecode on SmolLM2 chat prompts (padded batch, EOS stops): token for token
     the full model's greedy output, for a SkipDecode draft and an early-exit draft."""
@@ -98,8 +98,8 @@ def test_speculative_decoding_is_the_full_models_output_on_real_weights(smollm2)
         assert out.stats.speculation.accepted > 0
 
 
-@pytest.mark.slow  # 16-22 s of the default suite; the same paths on tiny models of every
-# family stay there (tests/core/test_speculative.py, tests/core/test_compiled.py)
+@pytest.mark.slow  # 22 s of the default suite; the compiled path at batch 1 on a tiny Llama
+# stays there (tests/core/test_compiled.py)
 def test_compiled_batch_of_one_equals_transformers_generate_on_real_weights(smollm2):
     """The compiled path at batch 1 (its matrix-vector products are reductions split across
     threads, core.compiled) decodes the real model's greedy tokens, logits within 1e-4."""
