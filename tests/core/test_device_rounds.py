@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_watch import Syncs, Writes, pool_storages, storages, uncompiled
+from device_watch import Syncs, Writes, pool_storages, storages, uncompiled_steps
 from tiny_models import PAD, left_padded_batch, tiny_llama
 
 from skipdecode.core import compiled as compiled_module
@@ -42,10 +42,7 @@ def test_device_rounds_equal_the_full_model_and_count_as_the_host_driven_round(
     shapes would compile anew, most of this test's time, and compiled rounds are checked at
     k = 2)."""
     eager, steps = decoders
-    plain = uncompiled(
-        SkipDecoder(eager.model, compile="reduce-overhead", compile_graph="step"),
-        monkeypatch,
-    )
+    plain = uncompiled_steps(eager.model, monkeypatch)
     ids, mask = left_padded_batch(LENGTHS, seed=6)
     ref = eager.generate(ids, FullSchedule(6), NEW, mask, eos_token_id=[])
     eos = int(ref.generated_ids[0, 3])  # rows stop early, the batch compacts
@@ -100,9 +97,7 @@ def test_device_rounds_read_the_host_far_less_often_than_they_run(decoders, monk
     different rounds compact the batch into buckets down to one row, each of which would
     compile its own layer step and head, and what the host reads does not depend on them."""
     eager, _ = decoders
-    steps = uncompiled(
-        SkipDecoder(eager.model, compile="reduce-overhead", compile_graph="step"), monkeypatch
-    )
+    steps = uncompiled_steps(eager.model, monkeypatch)
     new = 40
     ids, mask = left_padded_batch(LENGTHS, seed=6)
     steps.generate(ids, _lossless(2), 4, mask, eos_token_id=[])  # the rounds' graphs exist
@@ -147,9 +142,7 @@ def test_device_rounds_what_they_cannot_do_runs_the_host_driven_round(decoders, 
 
 def test_device_rounds_refuse_moved_weights_and_a_rotary_scaling_they_cannot_record(monkeypatch):
     model = tiny_llama(6)
-    steps = uncompiled(
-        SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
-    )
+    steps = uncompiled_steps(model, monkeypatch)
     ids, mask = left_padded_batch([5, 9], seed=6)
     assert steps.generate(ids, _lossless(2), 6, mask, eos_token_id=[]).stats.graph == "round"
     model.config.rope_scaling = {"rope_type": "dynamic", "factor": 2.0}

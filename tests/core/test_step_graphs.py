@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_watch import Syncs, Writes, pool_storages, storages, uncompiled
+from device_watch import Syncs, Writes, pool_storages, storages, uncompiled, uncompiled_steps
 from tiny_models import left_padded_batch, tiny_llama
 
 from skipdecode.core.engine import SkipDecoder
@@ -110,9 +110,7 @@ def test_step_graphs_what_a_whole_step_cannot_do_runs_per_layer_graphs(decoders)
 def test_step_graphs_bound_falls_back_past_it_and_evicts_the_least_recent(monkeypatch):
     model = tiny_llama(6)
     eager = SkipDecoder(model)
-    steps = uncompiled(
-        SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
-    )
+    steps = uncompiled_steps(model, monkeypatch)
     graphs = steps.compiled.steps
     graphs.limit = 4
     ids, mask = left_padded_batch([5, 9, 3, 7], seed=3)
@@ -139,9 +137,7 @@ def test_step_graphs_bound_falls_back_past_it_and_evicts_the_least_recent(monkey
 
 def test_step_graphs_refuse_to_replay_after_the_weights_move(monkeypatch):
     model = tiny_llama(6)
-    steps = uncompiled(
-        SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
-    )
+    steps = uncompiled_steps(model, monkeypatch)
     ids, mask = left_padded_batch([5, 9], seed=3)
     steps.generate(ids, FullSchedule(6), 4, mask, eos_token_id=[])
     weight = model.model.layers[2].mlp.up_proj.weight

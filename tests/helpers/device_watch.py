@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from skipdecode.core import compiled as _compiled
 from skipdecode.core import step_graphs as _step_graphs
+from skipdecode.core.engine import SkipDecoder
 
 SYNC_METHODS = ("item", "__bool__", "__int__", "tolist", "nonzero")
 
@@ -81,3 +82,11 @@ def uncompiled(dec, monkeypatch):
     monkeypatch.setattr(compiled, "_head", dec.adapter.head)
     monkeypatch.setattr(compiled, "_subset_head", _compiled._subset_logits)
     return dec
+
+
+def uncompiled_steps(model, monkeypatch):
+    """A whole-step decoder of ``model`` (``compile_graph="step"``) that records its steps and
+    rounds from the plain functions (:func:`uncompiled`)."""
+    return uncompiled(
+        SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
+    )
