@@ -13,7 +13,7 @@ import logging
 
 import pytest
 import torch
-from device_watch import Syncs, Writes, uncompiled
+from device_watch import Syncs, Writes, uncompiled, without_inductor
 from tiny_models import PAD, left_padded_batch, tiny_llama
 
 from skipdecode.core import compiled as compiled_module
@@ -74,7 +74,12 @@ def test_capture_greedy_tokens_equal_eager_and_a_second_call_compiles_nothing(de
     assert all(not bool(t.any()) for t in cache.keys)  # taken again: zeroed in place
 
 
-def test_capture_one_graph_per_layer_set_equals_eager_and_a_foreign_cache_is_refused():
+def test_capture_one_graph_per_layer_set_equals_eager_and_a_foreign_cache_is_refused(
+    monkeypatch,
+):
+    """Compiled without inductor (``without_inductor``): what is recorded and replayed is the
+    subject here; inductor's plan graphs are checked in ``test_compiled.py``."""
+    without_inductor(monkeypatch)
     model = tiny_llama(6)
     eager = SkipDecoder(model)
     plans = SkipDecoder(model, compile="reduce-overhead", compile_graph="plan")
@@ -172,10 +177,11 @@ def test_capture_a_step_mutates_only_static_cache_buffers_and_never_syncs(decode
     assert syncs.names == []
 
 
-def test_capture_every_graph_compiles_whole():
+def test_capture_every_graph_compiles_whole(monkeypatch):
     """The compiled step, plan and head are built with ``fullgraph=True``: both graph kinds
     decode, and a step with a graph break is refused instead of split into pieces (and its CUDA
-    graph into none)."""
+    graph into none). Dynamo's property: compiled without inductor (``without_inductor``)."""
+    without_inductor(monkeypatch)
     ids, mask = left_padded_batch([5, 3], seed=1)
     for graph in ("layer", "plan"):
         dec = SkipDecoder(tiny_llama(2), compile=True, compile_graph=graph)

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from device_watch import without_inductor
 from exports import compose, make_exported_dir
 
 from skipdecode.data import EmptySplitError
@@ -341,9 +342,10 @@ def test_unused_and_moved_keys_are_refused(model_dir, tmp_path):
     assert not (tmp_path / "eager").exists()  # refused before anything is written
 
 
-def test_compiled_plan_graphs_write_the_eager_generations(model_dir, tmp_path):
+def test_compiled_plan_graphs_write_the_eager_generations(model_dir, tmp_path, monkeypatch):
     """eval.compile with eval.compile_graph=plan: the full schedule's and a constant-draft
     lossless schedule's outputs are the eager path's, and the record says how it decoded."""
+    without_inductor(monkeypatch)
     lossless = ["schedule=speculative_b8", "schedule.draft.budgets=[3]", "schedule.k=2"]
     lossless += ["schedule.threshold=null", "schedule.draft_vocab=null"]
     texts = {}

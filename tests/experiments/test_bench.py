@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from device_watch import without_inductor
 
 from skipdecode.experiments.benchmarks.bench import main
 
@@ -459,14 +460,18 @@ def test_decode_bench_refuses_a_count_out_of_range_by_option(
     assert not list(tmp_path.iterdir())  # refused before anything is written
 
 
-def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_timed(tmp_path):
+def test_capture_bench_times_the_cuda_graph_path_with_nothing_compiled_while_timed(
+    tmp_path, monkeypatch
+):
     """``--cuda-graphs`` (the dry run of make bench-gpu on a CPU): the ``-graphs`` variants
     beside the compiled ones (the eager path times the full schedule only), warmed up twice;
     the cell reports the graphs compiled and recorded while timed (none), the CUDA-graph skips
     (a CPU has no graphs: counted, not hidden), and each graph variant's tokens against the
     compiled path's, each whole-step variant's against the per-layer graphs'; the lossless rows
     (host-driven and sync-free) time a round, divide it by the tokens their own rounds yielded,
-    and equal the full model's tokens."""
+    and equal the full model's tokens. Compiled without inductor (``without_inductor``: a GPU's
+    kernels are not a CPU's C++ anyway)."""
+    without_inductor(monkeypatch)
     main(
         ["--shapes", "tiny", "--batch-sizes", "2", "--prompt-len", "8", "--new-tokens", "6",
          "--repeats", "1", "--speedups", "2", "--cuda-graphs", "--no-floor", "--compile",

@@ -49,6 +49,24 @@ def test_the_bit_parallel_lcs_is_rouge_scores_table():
         assert _lcs_length(tuple(a), tuple(b)) == _lcs_table(b, a)[-1][-1], (a, b)
 
 
+def test_the_13a_tokens_are_sacrebleus():
+    import random
+
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+    from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
+
+    from skipdecode.experiments.recompute.bleu import _SPACED, _tokens
+
+    first_rule = TokenizerRegexp()._re[0][0]
+    spaced = {chr(c) for c in range(0x3000) if first_rule.fullmatch(chr(c))}
+    assert spaced == {chr(c) for c in _SPACED}
+    rng = random.Random(0)
+    pieces = [*"ab1 9.,-&;\n\t'é/(<>", "&amp;", "&quot;", "&lt;", "&gt;", "<skipped>", "-\n", "..."]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        assert _tokens(text) == tuple(Tokenizer13a()(text.rstrip()).split()), repr(text)
+
+
 @pytest.mark.parametrize("lowercase", [False, True])
 def test_bleu_is_counted_as_sacrebleu_counts_it(lowercase):
     from sacrebleu.metrics import BLEU

@@ -90,3 +90,17 @@ def uncompiled_steps(model, monkeypatch):
     return uncompiled(
         SkipDecoder(model, compile="reduce-overhead", compile_graph="step"), monkeypatch
     )
+
+
+def without_inductor(monkeypatch):
+    """``torch.compile`` through dynamo and AOT autograd to the eager kernels (``aot_eager``):
+    the same graphs, guards, recompiles and fullgraph checks, without inductor generating and
+    compiling C++ (seconds a graph on a CPU). For tests of what happens around the compiler;
+    inductor's own kernels are tested in ``tests/core/test_compiled.py``."""
+    real = torch.compile
+
+    def compile_(model=None, *, mode=None, options=None, backend="inductor", **kwargs):
+        del mode, options, backend  # inductor's settings
+        return real(model, backend="aot_eager", **kwargs)
+
+    monkeypatch.setattr(torch, "compile", compile_)

@@ -13,6 +13,7 @@ and an order the outputs are too short for ends the product at 0.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -31,11 +32,31 @@ ORDER = 4
 DEFAULT_SETTINGS = {"tokenize": "13a", "smooth_method": "exp", "effective_order": False}
 
 
+#: sacrebleu 13a's first rule, each of these characters spaced apart (``([{-~[-` -&(-+:-@/])``
+#: to `` \1 ``), as one table: a match is one character, so the substitution is a translation
+_SPACED = str.maketrans({c: f" {c} " for c in '{|}~[\\]^_` !"#$%&()*+:;<=>?@/'})
+#: its other rules, in its order: periods and commas apart unless between digits, a dash
+#: after a digit
+_RULES = (
+    (re.compile(r"([^0-9])([\.,])"), r"\1 \2 "),
+    (re.compile(r"([\.,])([^0-9])"), r" \1 \2"),
+    (re.compile(r"([0-9])(-)"), r"\1 \2 "),
+)
+_ENTITIES = (("&quot;", '"'), ("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"))
+
+
 @cache
 def _tokens(text: str) -> tuple[str, ...]:
-    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
-    return tuple(Tokenizer13a()(text.rstrip()).split())
+    """sacrebleu's ``Tokenizer13a``, its steps in its order, the first a translation instead of a
+    Python call per matched character (half the audit's tokenizing time; tested against it)."""
+    line = text.rstrip().replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
+    if "&" in line:
+        for entity, char in _ENTITIES:
+            line = line.replace(entity, char)
+    line = f" {line} ".translate(_SPACED)
+    for pattern, replacement in _RULES:
+        line = pattern.sub(replacement, line)
+    return tuple(line.split())
 
 
 def _prepared(text: str, lowercase: bool) -> tuple[str, ...]:

@@ -42,10 +42,11 @@ def _lines(rows: list[dict[str, Any]]) -> bytes:
 
 
 @functools.lru_cache(maxsize=8)
-def _source_lines(path: Path, stamp: tuple[int, ...]) -> dict[str, str]:
-    """Each source's line by its digest, checked against its content (a source edited in place
-    would change every cell that names it). Lines, not objects: each read parses its own."""
-    lines = {}
+def _source_rows(path: Path, stamp: tuple[int, ...]) -> dict[str, dict[str, Any]]:
+    """Each source by its digest (without its ``source`` field), checked against its content (a
+    source edited in place would change every cell that names it). Read once; each row that
+    names a source gets its own copy (:func:`_whole`)."""
+    rows = {}
     for line in gzip.decompress(path.read_bytes()).decode("utf-8").split("\n"):
         if not line:
             continue
@@ -53,23 +54,28 @@ def _source_lines(path: Path, stamp: tuple[int, ...]) -> dict[str, str]:
         key = row.pop("source")
         if _digest(row) != key:
             raise ValueError(f"{path}: source {key} does not match its content")
-        lines[key] = line
-    return lines
+        rows[key] = row
+    return rows
 
 
-def _folder_sources(folder: Path) -> dict[str, str]:
+def _folder_sources(folder: Path) -> dict[str, dict[str, Any]]:
     path = (folder / SOURCES).resolve()
     if not path.is_file():
         return {}
     st = path.stat()
-    return _source_lines(path, (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
+    return _source_rows(path, (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
+
+
+def _copy(value: Any) -> Any:
+    """A source's value for one row: its lists (the references) copied, its strings shared."""
+    return [_copy(v) for v in value] if isinstance(value, list) else value
 
 
 def _rows_of(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in raw.decode("utf-8").split("\n") if line]
 
 
-def _whole(rows: list[dict[str, Any]], sources: dict[str, str], where: Path) -> list:
+def _whole(rows: list[dict[str, Any]], sources: dict[str, dict[str, Any]], where: Path) -> list:
     out = []
     for row in rows:
         if "source" not in row:
@@ -78,7 +84,7 @@ def _whole(rows: list[dict[str, Any]], sources: dict[str, str], where: Path) -> 
         key = row["source"]
         if key not in sources:
             raise ValueError(f"{where}: source {key} is not in {where.parent.parent / SOURCES}")
-        source = {k: v for k, v in json.loads(sources[key]).items() if k != "source"}
+        source = {k: _copy(v) for k, v in sources[key].items()}
         rest = {k: v for k, v in row.items() if k != "source"}
         out.append({"index": row["index"], **source, **rest})
     return out
@@ -101,7 +107,7 @@ def generations_bytes(path: str | Path) -> bytes:
     return _lines(_whole(rows, _folder_sources(path.parent.parent), path))
 
 
-def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
+def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict]] | None:
     """The rows without their sources and the sources by digest; None where unpacking would not
     give back the same bytes (a row without an index or a source field, say)."""
     slim, sources = [], {}
@@ -110,7 +116,7 @@ def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
             return None
         source = {k: row[k] for k in SOURCE_KEYS}
         key = _digest(source)
-        sources[key] = json.dumps({"source": key, **source}, ensure_ascii=False)
+        sources[key] = {k: _copy(v) for k, v in source.items()}
         slim.append({k: v for k, v in row.items() if k not in SOURCE_KEYS} | {"source": key})
     if _lines(_whole(slim, sources, Path("?/?"))) != _lines(rows):
         return None
@@ -140,7 +146,7 @@ def pack_folder(folder: str | Path) -> int:
     if not used:
         (folder / SOURCES).unlink(missing_ok=True)  # no cell names a source any more
         return 0
-    write_jsonl_gz_atomic(folder / SOURCES, (json.loads(known[k]) for k in sorted(used)))
+    write_jsonl_gz_atomic(folder / SOURCES, ({"source": k, **known[k]} for k in sorted(used)))
     for path, slim in todo:
         write_jsonl_gz_atomic(path, slim)
     return len(todo)
