@@ -60,6 +60,53 @@ def test_the_search_refuses_what_it_cannot_evaluate(model_dir, tmp_path, extra, 
         assert not (tmp_path / "cache").exists()  # refused before anything was decoded
 
 
+def test_trials_are_scored_on_validation_replayed_from_cache_and_make_the_front(
+    model_dir, tmp_path
+):
+    """Two trials in-process (what each job of the search's multirun runs): scored on the
+    validation split against full, logged to W&B (offline), replayed from the cache on a rerun
+    with nothing decoded again, and the page's front drawn from their ``trial.json``. The
+    multirun itself (its sweeper choosing the trials) is the ``slow`` test below."""
+    sweep, cache = tmp_path / "sweep", tmp_path / "cache"
+    settings = (
+        ["search.target_speedup=2.0"],
+        ["search.shape=power_law", "search.target_speedup=3"],
+    )
+
+    def run(wandb: bool) -> list[tuple[float, float]]:
+        out = []
+        for n, extra in enumerate(settings):
+            job = sweep / str(n)
+            cfg = compose(
+                "search",
+                [f"checkpoint={model_dir}", f"output_dir={job}", f"paths.output_dir={tmp_path}",
+                 f"cache_dir={cache}", f"wandb.enabled={str(wandb).lower()}", *FAST, *extra],
+            )  # fmt: skip
+            out.append(search_trial(cfg))
+        return out
+
+    first = run(wandb=True)
+    trials = [json.loads((sweep / str(n) / "trial.json").read_text()) for n in range(2)]
+    assert [(t["speed"], t["delta"]) for t in trials] == first
+    assert [t["status"] for t in trials] == ["ok", "ok"] and trials[1]["schedule"]["name"] == (
+        "power_law"
+    )
+    for n, trial in enumerate(trials):
+        (run_dir,) = (sweep / str(n) / "wandb").glob("offline-run-*")
+        logged = read_offline_run(run_dir)
+        assert logged["group"] == "schedule_search" and logged["job_type"] == "search_trial"
+        assert logged["summary"]["search/speed"] == pytest.approx(trial["speed"])
+        assert logged["summary"]["search/delta"] == pytest.approx(trial["delta"])
+    records = [json.loads(p.read_text()) for p in cache.glob("*/record.json")]
+    assert len(records) == 3 and {r["dataset"]["split"] for r in records} == {"validation"}
+    before = sorted(p.name for p in cache.iterdir())
+    assert run(wandb=False) == first  # replayed: the same numbers
+    assert sorted(p.name for p in cache.iterdir()) == before  # nothing evaluated again
+    page = write_front(sweep)["md"].read_text()
+    assert "never the test split" in page
+
+
+@pytest.mark.slow
 def test_a_search_scores_trials_on_validation_replays_them_and_marks_the_front(model_dir, tmp_path):
     sweep, cache = tmp_path / "sweep", tmp_path / "cache"
     argv = [
