@@ -60,6 +60,15 @@ def test_the_search_refuses_what_it_cannot_evaluate(model_dir, tmp_path, extra, 
         assert not (tmp_path / "cache").exists()  # refused before anything was decoded
 
 
+def _assert_logged_to_wandb(job: Path, trial: dict) -> None:
+    """The trial's job logged one offline W&B run with its speed and difference."""
+    (run,) = (job / "wandb").glob("offline-run-*")
+    logged = read_offline_run(run)
+    assert logged["group"] == "schedule_search" and logged["job_type"] == "search_trial"
+    assert logged["summary"]["search/speed"] == pytest.approx(trial["speed"])
+    assert logged["summary"]["search/delta"] == pytest.approx(trial["delta"])
+
+
 def test_trials_are_scored_on_validation_replayed_from_cache_and_make_the_front(
     model_dir, tmp_path
 ):
@@ -92,11 +101,7 @@ def test_trials_are_scored_on_validation_replayed_from_cache_and_make_the_front(
         "power_law"
     )
     for n, trial in enumerate(trials):
-        (run_dir,) = (sweep / str(n) / "wandb").glob("offline-run-*")
-        logged = read_offline_run(run_dir)
-        assert logged["group"] == "schedule_search" and logged["job_type"] == "search_trial"
-        assert logged["summary"]["search/speed"] == pytest.approx(trial["speed"])
-        assert logged["summary"]["search/delta"] == pytest.approx(trial["delta"])
+        _assert_logged_to_wandb(sweep / str(n), trial)
     records = [json.loads(p.read_text()) for p in cache.glob("*/record.json")]
     assert len(records) == 3 and {r["dataset"]["split"] for r in records} == {"validation"}
     before = sorted(p.name for p in cache.iterdir())
@@ -120,11 +125,7 @@ def test_a_search_scores_trials_on_validation_replays_them_and_marks_the_front(m
     trials = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/trial.json"))]
     assert len(trials) == 3
     for job, trial in zip(sorted(p.parent for p in sweep.glob("*/trial.json")), trials):
-        (run,) = (job / "wandb").glob("offline-run-*")
-        wandb_run = read_offline_run(run)
-        assert wandb_run["group"] == "schedule_search" and wandb_run["job_type"] == "search_trial"
-        assert wandb_run["summary"]["search/speed"] == pytest.approx(trial["speed"])
-        assert wandb_run["summary"]["search/delta"] == pytest.approx(trial["delta"])
+        _assert_logged_to_wandb(job, trial)
     records = [json.loads(p.read_text()) for p in cache.glob("*/record.json")]
     assert records and {r["dataset"]["split"] for r in records} == {"validation"}
     before = sorted(p.name for p in cache.iterdir())

@@ -116,7 +116,7 @@ def _packed(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str,
             return None
         source = {k: row[k] for k in SOURCE_KEYS}
         key = _digest(source)
-        sources[key] = {k: _copy(v) for k, v in source.items()}
+        sources[key] = source
         slim.append({k: v for k, v in row.items() if k not in SOURCE_KEYS} | {"source": key})
     if _lines(_whole(slim, sources, Path("?/?"))) != _lines(rows):
         return None
