@@ -333,9 +333,10 @@ def test_one_graph_per_plan_equals_eager_and_the_full_model(
     kinds in one graph). The full schedule's tokens and logits are the eager path's, and the
     lossless mode with a constant draft gives the full model's tokens, its draft and verify
     passes each one plan call. In the default suite the lossless passes call the plain plan and
-    head functions (what the graphs compile, checked by the full part; compiled lossless plan
-    graphs are checked end to end by ``tests/evaluation/test_evaluate.py``): their new shapes
-    would compile for twice as long as the full part's."""
+    head functions (what the graphs compile, checked by the full part; the evaluation's
+    compiled lossless plan graphs are checked through dynamo without inductor by
+    ``tests/evaluation/test_evaluate.py``): their new shapes would compile for twice as long as
+    the full part's. Inductor's kernels for them are the ``slow`` Gemma 3 case's."""
     model = models[family]
     ids, mask = left_padded_batch([5, 9], seed=6)
     kw = dict(eos_token_id=[], pad_token_id=PAD, return_logits=True)

@@ -7,8 +7,9 @@ import pytest
 from skipdecode.experiments.sweeps.matched import format_matched, interpolate, matched_rows
 
 
-def _cell(method, seed, speed, bleu, bert=0.8, status="ok"):
+def _cell(method, seed, speed, bleu, bert=0.8, status="ok", **extra):
     return {
+        **extra,
         "status": status,
         "dataset": "e2e",
         "model": "m",
@@ -56,6 +57,27 @@ def test_methods_compared_at_the_same_speed_with_seed_intervals():
     assert b2["bleu_delta_low"] is None
     table = format_matched(list(rows.values()))
     assert "speedup (theoretical)" in table and "| 2.0x | a | 1 2 |" in table
+
+
+def test_each_fine_tuning_budget_is_its_own_curve_anchored_at_full_after_as_many_steps():
+    """A budget sweep's cells: each number of steps has its own full and its own curve; no
+    curve mixes models fine-tuned for different budgets."""
+    cells = [
+        _cell("full", 1, 1.0, 60.0, train_steps=120),
+        _cell("full", 1, 1.0, 50.0, train_steps=240),
+        _cell("a", 1, 2.0, 40.0, train_steps=120),
+        _cell("a", 1, 1.8, 48.0, train_steps=240),  # a curve of its own, short of 2.0x
+    ]
+    rows = {(r["steps"], r["speedup"]): r for r in matched_rows(cells, speedups=(1.5, 2.0))}
+    assert set(rows) == {("120", 1.5), ("120", 2.0), ("240", 1.5)}
+    assert rows[("120", 1.5)]["bleu"] == pytest.approx(50.0)  # 60 -> 40 over 1x -> 2x
+    assert rows[("120", 1.5)]["bleu_delta"] == pytest.approx(-10.0)
+    assert rows[("240", 1.5)]["bleu"] == pytest.approx(50.0 - 2.0 * 0.5 / 0.8)
+    assert rows[("240", 1.5)]["bleu_delta"] == pytest.approx(-2.0 * 0.5 / 0.8)
+    table = format_matched(list(rows.values()))
+    assert "| method | steps | seeds |" in table and "| 1.5x | a | 240 | 1 |" in table
+    unstepped = format_matched(matched_rows([_cell("full", 1, 1.0, 60.0), _cell("a", 1, 2.0, 40)]))
+    assert "steps" not in unstepped  # a folder without budgets prints no steps column
 
 
 def test_nothing_to_match_writes_no_table():

@@ -19,6 +19,7 @@ from skipdecode.experiments.search.front import (
     best_trial,
     pareto_front,
     per_schedule_points,
+    read_trials,
     write_front,
 )
 from skipdecode.experiments.search.trial import SearchError, search_trial
@@ -108,7 +109,14 @@ def test_trials_are_scored_on_validation_replayed_from_cache_and_make_the_front(
     assert run(wandb=False) == first  # replayed: the same numbers
     assert sorted(p.name for p in cache.iterdir()) == before  # nothing evaluated again
     page = write_front(sweep)["md"].read_text()
-    assert "never the test split" in page
+    assert "2 trials on the validation subset (never the test split)" in page
+    front = pareto_front(read_trials(sweep))
+    for n, trial in enumerate(trials):  # each trial's row: its speed, Δ and place on the front
+        (row,) = [line for line in page.splitlines() if line.startswith(f"| {n} | `")]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2:4] == [f"{trial['speed']:.2f}x", f"{trial['delta']:+.2f}"]
+        assert (cells[5] == "yes") == (str(n) in front)
+    assert front  # two trials: one at least is on the front
 
 
 @pytest.mark.slow

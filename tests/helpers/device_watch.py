@@ -11,6 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from skipdecode.core import compiled as _compiled
+from skipdecode.core import matmul_forms as _matmul_forms
 from skipdecode.core import step_graphs as _step_graphs
 from skipdecode.core.engine import SkipDecoder
 
@@ -95,8 +96,11 @@ def uncompiled_steps(model, monkeypatch):
 def without_inductor(monkeypatch):
     """``torch.compile`` through dynamo and AOT autograd to the eager kernels (``aot_eager``):
     the same graphs, guards, recompiles and fullgraph checks, without inductor generating and
-    compiling C++ (seconds a graph on a CPU). For tests of what happens around the compiler;
-    inductor's own kernels are tested in ``tests/core/test_compiled.py``."""
+    compiling C++ (seconds a graph on a CPU). The one-row reduction the matmul forms time
+    (compiled when its module loads) runs the same way. For tests of what happens around the
+    compiler; inductor's own kernels are tested in ``tests/core/test_compiled.py`` (layers,
+    plans, heads, the lossless mode, the matmul pass), ``test_step_graphs.py`` (a step's
+    prologue and epilogue) and ``test_device_rounds.py`` (the sync-free round)."""
     real = torch.compile
 
     def compile_(model=None, *, mode=None, options=None, backend="inductor", **kwargs):
@@ -104,3 +108,5 @@ def without_inductor(monkeypatch):
         return real(model, backend="aot_eager", **kwargs)
 
     monkeypatch.setattr(torch, "compile", compile_)
+    reduction = real(_matmul_forms._row_reduction, backend="aot_eager", dynamic=False)
+    monkeypatch.setattr(_matmul_forms, "_compiled_row_reduction", reduction)

@@ -47,8 +47,9 @@ _ENTITIES = (("&quot;", '"'), ("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"))
 
 @cache
 def _tokens(text: str) -> tuple[str, ...]:
-    """sacrebleu's ``Tokenizer13a``, its steps in its order, the first a translation instead of a
-    Python call per matched character (half the audit's tokenizing time; tested against it)."""
+    """sacrebleu's ``Tokenizer13a`` of the text stripped at its end (as its corpus BLEU strips
+    each segment first), the tokenizer's steps in its order, the first a translation instead of
+    a Python call per matched character (half the audit's tokenizing time; tested against it)."""
     line = text.rstrip().replace("<skipped>", "").replace("-\n", "").replace("\n", " ")
     if "&" in line:
         for entity, char in _ENTITIES:

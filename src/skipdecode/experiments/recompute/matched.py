@@ -3,12 +3,14 @@
 Own arithmetic: the speed axis is the measured decode speedup where every finished cell other
 than full has one, else the theoretical one. Each method (full and the lossless mode left out)
 has one curve a seed: its cells of that seed as (speed, metric) points and (1.0, the full cell
-of the same seed). A method's value at a common speed ``s`` is the straight line between the two
-points of the curve around ``s`` (the first such pair in speed order; no value where the curve
-does not reach ``s``); over the seeds that reach it: the mean and its 95% t-interval, of the
-value and of its difference from full of the same seed. Every row the page prints must be one
-of these and every one of these must be printed. ``cells.csv`` itself is checked against the
-records by :mod:`.tables`.
+of the same seed); where cells name the fine-tuning steps they were evaluated after
+(``train_steps``), one curve a seed and number of steps, anchored at full after as many. A
+method's value at a common speed ``s`` is the straight line between the two points of the curve
+around ``s`` (the first such pair in speed order; no value where the curve does not reach
+``s``); over the seeds that reach it: the mean and its 95% t-interval, of the value and of its
+difference from full of the same seed. Every row the page prints must be one of these and every
+one of these must be printed. ``cells.csv`` itself is checked against the records by
+:mod:`.tables`.
 """
 
 from __future__ import annotations
@@ -49,19 +51,22 @@ def _expected(cells: list[dict[str, str]]) -> dict[tuple[str, ...], dict[str, An
     axis = "measured_speedup_decode"
     if not others or any(_num(c.get(axis)) is None for c in others):
         axis = "theoretical_speedup"
-    full = {(c["dataset"], c["model"], c["seed"]): c for c in ok if c["method"] == "full"}
-    curves: dict[tuple[str, str, str], dict[str, list[Mapping[str, str]]]] = {}
+    full = {
+        (c["dataset"], c["model"], c["seed"], c.get("train_steps") or ""): c
+        for c in ok
+        if c["method"] == "full"
+    }
+    curves: dict[tuple[str, ...], dict[str, list[Mapping[str, str]]]] = {}
     for c in ok:
         if c["method"] not in _LEFT_OUT and _num(c.get(axis)) is not None:
-            curves.setdefault((c["dataset"], c["model"], c["method"]), {}).setdefault(
-                c["seed"], []
-            ).append(c)
+            curve = (c["dataset"], c["model"], c["method"], c.get("train_steps") or "")
+            curves.setdefault(curve, {}).setdefault(c["seed"], []).append(c)
     out = {}
-    for (dataset, model, method), by_seed in curves.items():
+    for (dataset, model, method, steps), by_seed in curves.items():
         for s in SPEEDS:
             seeds, values = [], {m: ([], []) for m, _ in METRICS}
             for seed in sorted(by_seed):
-                anchor = full.get((dataset, model, seed))
+                anchor = full.get((dataset, model, seed, steps))
                 if anchor is None:
                     continue
                 got = {}
@@ -83,13 +88,14 @@ def _expected(cells: list[dict[str, str]]) -> dict[tuple[str, ...], dict[str, An
                     row[f"Δ{label} vs full [per-seed t CI]"] = [
                         v for v in mean_interval(values[m][1]) if v is not None
                     ]
-                out[(dataset, model, f"{s:.1f}x", method)] = row
+                out[(dataset, model, f"{s:.1f}x", method, *([steps] if steps else []))] = row
     return out
 
 
 def _leading(row: dict[str, str]) -> tuple[str, ...]:
-    """A row's key: dataset, model, speed and method, its first four cells."""
-    return tuple(list(row.values())[:4])
+    """A row's key: dataset, model, speed and method, its first four cells, and its steps
+    where the page has them."""
+    return (*list(row.values())[:4], *([row["steps"]] if "steps" in row else []))
 
 
 def _check_page(folder: Path, found: Findings) -> None:

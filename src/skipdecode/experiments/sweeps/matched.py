@@ -4,7 +4,9 @@ Two schedules both called "2x" can reach 1.62x and 2.00x: comparing their qualit
 points 20% apart in speed. Here each method's quality is read off its own curve at common
 speedups instead. For every seed, a method's curve is its cells of that seed as (speedup,
 metric) points, anchored at (1.0, the ``full`` cell of the same seed): the full model is where
-every method starts. The value at a common speedup ``s`` is the linear interpolation between the
+every method starts. Cells evaluated after a number of fine-tuning steps (a budget sweep's
+``train_steps``) make one curve per number of steps, anchored at full after as many: models
+fine-tuned for different budgets are not points of one curve. The value at a common speedup ``s`` is the linear interpolation between the
 two points of the curve around ``s`` (never an extrapolation: a seed whose curve does not reach
 ``s`` has no value there). Across seeds: the mean, its 95% t-interval, and the same for the
 difference against full of the same seed (the seed-aware interval).
@@ -58,26 +60,38 @@ def _on_curve(
     return None if any(y is None for _, y in pts) else interpolate(pts, x)
 
 
+def _steps(cell: Mapping[str, Any]) -> str:
+    """The fine-tuning steps a cell was evaluated after ("" where its folder does not say)."""
+    steps = num(cell.get("train_steps"))
+    return "" if steps is None else str(int(steps))
+
+
 def matched_rows(
     cells: Sequence[Mapping[str, Any]], speedups: Sequence[float] = MATCHED_SPEEDUPS
 ) -> list[dict[str, Any]]:
-    """One row per (dataset, model, method, speedup) that at least one seed's curve reaches."""
+    """One row per (dataset, model, method, fine-tuning steps, speedup) that at least one
+    seed's curve reaches."""
     x = speed_column(cells)
     ok = [c for c in cells if c.get("status") == "ok"]
-    full = {(c["dataset"], c["model"], str(c.get("seed"))): c for c in ok if c["method"] == "full"}
+    full = {
+        (c["dataset"], c["model"], str(c.get("seed")), _steps(c)): c
+        for c in ok
+        if c["method"] == "full"
+    }
     curves: dict[tuple, dict[str, list[tuple[float, Mapping]]]] = {}
     for c in ok:
         if c.get("method") in _LEFT_OUT or num(c.get(x)) is None:
             continue
-        key = (c["dataset"], c["model"], c["method"])
+        key = (c["dataset"], c["model"], c["method"], _steps(c))
         curves.setdefault(key, {}).setdefault(str(c.get("seed")), []).append((num(c[x]), c))
     rows = []
-    for (dataset, model, method), by_seed in sorted(curves.items()):
+    for (dataset, model, method, steps), by_seed in sorted(curves.items()):
         for s in speedups:
             row: dict[str, Any] = {
                 "dataset": dataset,
                 "model": model,
                 "method": method,
+                "steps": steps,
                 "speedup": s,
                 "speed": x,
             }
@@ -85,7 +99,7 @@ def matched_rows(
             values: dict[str, list[float]] = {m: [] for m, _, _ in METRICS}
             deltas: dict[str, list[float]] = {m: [] for m, _, _ in METRICS}
             for seed, points in sorted(by_seed.items()):
-                anchor = full.get((dataset, model, seed))
+                anchor = full.get((dataset, model, seed, steps))
                 if anchor is None:
                     continue
                 got = {m: _on_curve(anchor, points, m, s) for m, _, _ in METRICS}
@@ -107,7 +121,10 @@ def matched_rows(
                     hi,
                 )
             rows.append(row)
-    return sorted(rows, key=lambda r: (r["dataset"], r["model"], r["speedup"], r["method"]))
+    return sorted(
+        rows,
+        key=lambda r: (r["dataset"], r["model"], r["speedup"], r["method"], int(r["steps"] or 0)),
+    )
 
 
 def _value(row: Mapping[str, Any], key: str, digits: int, sign: bool = False) -> str:
@@ -120,16 +137,19 @@ def _value(row: Mapping[str, Any], key: str, digits: int, sign: bool = False) ->
 
 
 def format_matched(rows: Sequence[Mapping[str, Any]]) -> str | None:
-    """The matched-speed table (Markdown), or None when no method reaches a common speedup."""
+    """The matched-speed table (Markdown), or None when no method reaches a common speedup. A
+    ``steps`` column after the method where the cells were evaluated after a number of steps."""
     if not rows:
         return None
     speed = "measured decode" if rows[0]["speed"] == "measured_speedup_decode" else "theoretical"
-    header = ["dataset", "model", f"speedup ({speed})", "method", "seeds"]
+    stepped = any(r.get("steps") for r in rows)
+    header = ["dataset", "model", f"speedup ({speed})", "method", *(["steps"] * stepped), "seeds"]
     for _, label, _ in METRICS:
         header += [label, f"Δ{label} vs full [per-seed t CI]"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in rows:
-        cells = [r["dataset"], r["model"], f"{r['speedup']:.1f}x", r["method"], r["seeds"]]
+        cells = [r["dataset"], r["model"], f"{r['speedup']:.1f}x", r["method"]]
+        cells += [*([r["steps"]] * stepped), r["seeds"]]
         for metric, _, digits in METRICS:
             cells += [_value(r, metric, digits), _value(r, f"{metric}_delta", digits, True)]
         lines.append("| " + " | ".join(cells) + " |")
