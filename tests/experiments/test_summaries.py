@@ -21,6 +21,9 @@ from skipdecode.experiments.sweeps.summaries import decided, write_summaries
 ROOT = Path(__file__).resolve().parents[2]
 SCITLDR = ROOT.parent / "shared" / "data" / "scitldr"
 
+#: Each input's references in the cells :func:`_cell` writes.
+REFS = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
+
 TINY_SCITLDR = [
     "model=tiny",
     "dataset=scitldr",
@@ -110,9 +113,8 @@ def _cell(
 ) -> None:
     """A finished SciTLDR (or ``dataset``) cell as a published sweep holds it (evaluated after
     ``steps`` fine-tuning steps, where given)."""
-    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
     rows = [
-        {"index": i, "input": f"abstract {i}", "references": refs[i], "output": out, "scores": {}}
+        {"index": i, "input": f"abstract {i}", "references": REFS[i], "output": out, "scores": {}}
         for i, out in enumerate(outputs)
     ]
     record = {
@@ -149,11 +151,10 @@ def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):
     paths = write_summaries(tmp_path)
     rows = {r["schedule"]: r for r in csv.DictReader(paths["csv"].open())}
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
-    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
 
     def expected(outputs: list[str], t: str, convention: str) -> float:
         per = []
-        for out, group in zip(outputs, refs, strict=True):
+        for out, group in zip(outputs, REFS, strict=True):
             s = [scorer.score(r, out) for r in group]
             if convention == "max":
                 best = max(range(len(s)), key=lambda i: (s[i]["rouge1"].fmeasure, -i))
@@ -203,7 +204,6 @@ def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_ma
     from skipdecode.experiments.sweeps.steps import with_steps
     from skipdecode.experiments.sweeps.table import COLUMNS, collect, csv_text
 
-    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
     outputs = {
         ("full", 1): ["we propose a fast parser", "a study of the loss"],
         ("full", 2): ["we propose a new model for parsing", "a study of loss"],
@@ -215,7 +215,7 @@ def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_ma
         for (schedule, steps), out in outputs.items():
             _cell(folder, job, schedule, seed, out, steps=steps)
             record = json.loads((folder / str(job) / "record.json").read_text())
-            record["summary"]["bleu"] = bleu(out, refs)["score"]  # as the evaluation counts it
+            record["summary"]["bleu"] = bleu(out, REFS)["score"]  # as the evaluation counts it
             (folder / str(job) / "record.json").write_text(json.dumps(record))
             job += 1
     cells = collect(folder)
@@ -224,7 +224,7 @@ def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_ma
     paths = write_budget(folder, plot=False)
 
     def rl_max(out: list[str]) -> float:
-        scored = rouge(out, refs, types=("rouge1", "rougeL"), per_example=True)
+        scored = rouge(out, REFS, types=("rouge1", "rougeL"), per_example=True)
         return sum(scored["per_example"]["rougeL_max"]["f"]) / len(out)
 
     budget = {r["train_steps"]: r for r in csv.DictReader(paths["csv"].open())}
@@ -245,6 +245,33 @@ def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_ma
     paths["csv"].write_text(csv_text(rows, list(rows[0])))
     assert any("budget.csv target_2x 2" in d and "delta" in d
                for d in check_budget(folder.parent).differences)  # fmt: skip
+
+
+def test_a_budget_folder_with_only_full_says_nothing_is_paired_and_writes_no_budget_page(tmp_path):
+    """Half a budget study (full after each number of steps, no other schedule yet): the
+    summaries say that nothing pairs with full instead of an empty table, no budget page is
+    written, and the audit recomputes what is there."""
+    from skipdecode.evaluation.metrics.text import bleu
+    from skipdecode.experiments.recompute.summaries import check_summaries
+    from skipdecode.experiments.sweeps.budget import write_budget
+    from skipdecode.experiments.sweeps.steps import with_steps
+    from skipdecode.experiments.sweeps.table import COLUMNS, collect, csv_text
+
+    folder, out = tmp_path / "results" / "scitldr_budget", ["we propose a fast parser", "a study"]
+    for job, steps in enumerate((1, 2)):
+        _cell(folder, job, "full", 1, out, steps=steps)
+        record = json.loads((folder / str(job) / "record.json").read_text())
+        record["summary"]["bleu"] = bleu(out, REFS)["score"]  # as the evaluation counts it
+        (folder / str(job) / "record.json").write_text(json.dumps(record))
+    cells = collect(folder)
+    (folder / "cells.csv").write_text(csv_text(cells, with_steps(COLUMNS, cells)))
+    md = write_summaries(folder)["markdown"].read_text()
+    against = md.split("## Against full")[1].split("##")[0]
+    assert "No other schedule's cells pair with full's here" in against and "|" not in against
+    assert "| smollm2-135m | full | full | 2 | 1 |" in md
+    assert write_budget(folder, plot=False) is None
+    found = check_summaries(folder.parent)
+    assert found.differences == [] and found.checked > 10, found.differences
 
 
 def test_decided_needs_every_interval_to_exclude_zero():
@@ -283,11 +310,10 @@ def test_one_model_page_sets_each_schedule_beside_its_own_fine_tune(tmp_path):
     assert two["seeds"] == "1" and two["per_schedule_seeds"] == "1 2"
     assert two["delta_seeds"] == "1"  # only seed 1 pairs: an inputs-only interval
     scorer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
-    refs = [["we propose a new model for parsing", "a parser that is fast"], ["a study of loss"]]
 
     def rl_max(outputs: list[str]) -> float:
         per = []
-        for out, group in zip(outputs, refs, strict=True):
+        for out, group in zip(outputs, REFS, strict=True):
             s = [scorer.score(r, out) for r in group]
             best = max(range(len(s)), key=lambda i: (s[i]["rouge1"].fmeasure, -i))
             per.append(s[best]["rougeL"].fmeasure)

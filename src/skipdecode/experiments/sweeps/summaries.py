@@ -278,7 +278,14 @@ def _speed(value: tuple | None, share: bool = False) -> str:
 
 
 def deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> list[str]:
-    """Against full: each difference with its intervals, and what they decide."""
+    """Against full: each difference with its intervals, and what they decide (a sentence
+    instead where no schedule's cells pair with full's)."""
+    paired = [r for r in rows if r["method"] != "full" and r.get("delta_seeds")]
+    if not paired:
+        return [
+            "No other schedule's cells pair with full's here (the same seeds and fine-tuning "
+            "steps)."
+        ]
     delta_metrics = (
         "rouge1_max",
         "rouge2_max",
@@ -304,8 +311,7 @@ def deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> lis
                 for m in _SEED_T
             ]
             + [decided(r, m) for m in _SEED_T]
-            for r in rows
-            if r["method"] != "full" and r.get("delta_seeds")
+            for r in paired
         ],
     )
 
