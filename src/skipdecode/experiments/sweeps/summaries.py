@@ -277,23 +277,17 @@ def _speed(value: tuple | None, share: bool = False) -> str:
     return f"{100 * mean:.1f}%" if share else f"{mean:.2f}x"
 
 
+_UNPAIRED = "No other schedule's cells pair with full's here (the same seeds and steps)."
+
+
 def deltas_table(rows: Sequence[Mapping[str, Any]], label: Sequence[str]) -> list[str]:
     """Against full: each difference with its intervals, and what they decide (a sentence
     instead where no schedule's cells pair with full's)."""
     paired = [r for r in rows if r["method"] != "full" and r.get("delta_seeds")]
     if not paired:
-        return [
-            "No other schedule's cells pair with full's here (the same seeds and fine-tuning "
-            "steps)."
-        ]
-    delta_metrics = (
-        "rouge1_max",
-        "rouge2_max",
-        "rougeL_max",
-        "rougeL_mean",
-        "bleu",
-        "bertscore_f1",
-    )
+        return [_UNPAIRED]
+    delta_metrics = ("rouge1_max", "rouge2_max", "rougeL_max", "rougeL_mean", "bleu",
+                     "bertscore_f1")  # fmt: skip
     return markdown_table(
         [*label, "paired seeds"]
         + [f"Δ{LABELS[m]} [seeds x inputs]" for m in delta_metrics]
