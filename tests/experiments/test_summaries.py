@@ -142,6 +142,25 @@ def _cell(
     write_published_cell(folder / str(job), rows, record, cell)
 
 
+def _budget_folder(folder: Path, outputs: dict[tuple[str, int], list[str]]) -> None:
+    """A budget folder on SciTLDR: for seeds 1 and 2, a cell of each (schedule, steps) of
+    ``outputs`` whose record counts BLEU as the evaluation does, and its ``cells.csv``."""
+    from skipdecode.evaluation.metrics.text import bleu
+    from skipdecode.experiments.sweeps.steps import with_steps
+    from skipdecode.experiments.sweeps.table import COLUMNS, collect, csv_text
+
+    job = 0
+    for seed in (1, 2):
+        for (schedule, steps), out in outputs.items():
+            _cell(folder, job, schedule, seed, out, steps=steps)
+            record = json.loads((folder / str(job) / "record.json").read_text())
+            record["summary"]["bleu"] = bleu(out, REFS)["score"]  # as the evaluation counts it
+            (folder / str(job) / "record.json").write_text(json.dumps(record))
+            job += 1
+    cells = collect(folder)
+    (folder / "cells.csv").write_text(csv_text(cells, with_steps(COLUMNS, cells)))
+
+
 def test_summaries_score_both_conventions_and_difference_from_full(tmp_path):
     full_out = ["we propose a fast parser", "a study of the loss"]
     two_out = ["a new model", "a study of loss"]
@@ -197,12 +216,11 @@ def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_ma
     against full's after as many (never full's at another step), the budget page reads
     SciTLDR's ROUGE-L max from ``summaries.csv``, and ``make audit`` recomputes both pages and
     catches a budget number changed by hand."""
-    from skipdecode.evaluation.metrics.text import bleu, rouge
+    from skipdecode.evaluation.metrics.text import rouge
     from skipdecode.experiments.recompute.budget import check_budget
     from skipdecode.experiments.recompute.summaries import check_summaries
     from skipdecode.experiments.sweeps.budget import write_budget
-    from skipdecode.experiments.sweeps.steps import with_steps
-    from skipdecode.experiments.sweeps.table import COLUMNS, collect, csv_text
+    from skipdecode.experiments.sweeps.table import csv_text
 
     outputs = {
         ("full", 1): ["we propose a fast parser", "a study of the loss"],
@@ -210,16 +228,8 @@ def test_a_scitldr_budget_sets_each_step_against_full_at_that_step_in_rouge_l_ma
         ("target_2x", 1): ["a new model", "a study"],
         ("target_2x", 2): ["we propose a new parser", "a study of loss"],
     }
-    folder, job = tmp_path / "results" / "scitldr_budget", 0
-    for seed in (1, 2):
-        for (schedule, steps), out in outputs.items():
-            _cell(folder, job, schedule, seed, out, steps=steps)
-            record = json.loads((folder / str(job) / "record.json").read_text())
-            record["summary"]["bleu"] = bleu(out, REFS)["score"]  # as the evaluation counts it
-            (folder / str(job) / "record.json").write_text(json.dumps(record))
-            job += 1
-    cells = collect(folder)
-    (folder / "cells.csv").write_text(csv_text(cells, with_steps(COLUMNS, cells)))
+    folder = tmp_path / "results" / "scitldr_budget"
+    _budget_folder(folder, outputs)
     write_summaries(folder)
     paths = write_budget(folder, plot=False)
 
@@ -251,24 +261,15 @@ def test_a_budget_folder_with_only_full_says_nothing_is_paired_and_writes_no_bud
     """Half a budget study (full after each number of steps, no other schedule yet): the
     summaries say that nothing pairs with full instead of an empty table, no budget page is
     written, and the audit recomputes what is there."""
-    from skipdecode.evaluation.metrics.text import bleu
     from skipdecode.experiments.recompute.summaries import check_summaries
     from skipdecode.experiments.sweeps.budget import write_budget
-    from skipdecode.experiments.sweeps.steps import with_steps
-    from skipdecode.experiments.sweeps.table import COLUMNS, collect, csv_text
 
     folder, out = tmp_path / "results" / "scitldr_budget", ["we propose a fast parser", "a study"]
-    for job, steps in enumerate((1, 2)):
-        _cell(folder, job, "full", 1, out, steps=steps)
-        record = json.loads((folder / str(job) / "record.json").read_text())
-        record["summary"]["bleu"] = bleu(out, REFS)["score"]  # as the evaluation counts it
-        (folder / str(job) / "record.json").write_text(json.dumps(record))
-    cells = collect(folder)
-    (folder / "cells.csv").write_text(csv_text(cells, with_steps(COLUMNS, cells)))
+    _budget_folder(folder, {("full", 1): out, ("full", 2): out})
     md = write_summaries(folder)["markdown"].read_text()
     against = md.split("## Against full")[1].split("##")[0]
     assert "No other schedule's cells pair with full's here" in against and "|" not in against
-    assert "| smollm2-135m | full | full | 2 | 1 |" in md
+    assert "| smollm2-135m | full | full | 2 | 1 2 |" in md
     assert write_budget(folder, plot=False) is None
     found = check_summaries(folder.parent)
     assert found.differences == [] and found.checked > 10, found.differences
