@@ -8,8 +8,9 @@ every method starts. Cells evaluated after a number of fine-tuning steps (a budg
 ``train_steps``) make one curve per number of steps, anchored at full after as many: models
 fine-tuned for different budgets are not points of one curve. The value at a common speedup
 ``s`` is the linear interpolation between the two points of the curve around ``s`` (never an
-extrapolation: a seed whose curve does not reach ``s`` has no value there). Across seeds: the mean, its 95% t-interval, and the same for the
-difference against full of the same seed (the seed-aware interval).
+extrapolation: a seed whose curve does not reach ``s`` has no value there). Across seeds: the
+mean, its 95% t-interval, and the same for the difference against full of the same seed (the
+seed-aware interval).
 
 The speedup is the measured decode speedup where the cells were timed, else the theoretical one
 (the table says which). The lossless mode is left out: its quality is the full model's by
