@@ -640,6 +640,28 @@ def test_a_budget_sweep_trains_each_schedule_once_and_pairs_each_step_with_full(
     assert "target_2x: " in page and (sweep / "budget.png").is_file()
 
 
+def test_kept_steps_saved_as_often_as_last_ckpt_stand_beside_it(tmp_path):
+    """gcd(keep_steps) equal to last_checkpoint's interval (40 and 40: SciTLDR's budget study at
+    the recipe's 160 steps): Lightning refuses two checkpoint callbacks with one state key, so
+    the kept steps' callback keys its state by its directory too."""
+    import pytorch_lightning as pl
+    from hydra.utils import instantiate
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from skipdecode.experiments.sweeps.steps import step_checkpoint_callback
+
+    keep = {"sweep": {"keep_steps": [40, 80, 120, 160]}}
+    step = instantiate(step_checkpoint_callback(keep, tmp_path))
+    last = ModelCheckpoint(
+        dirpath=tmp_path / "checkpoints", every_n_train_steps=40, save_top_k=0, save_last=True
+    )
+    assert ModelCheckpoint(dirpath=tmp_path / "other", every_n_train_steps=40).state_key == (
+        last.state_key
+    )  # what Lightning would refuse
+    trainer = pl.Trainer(callbacks=[last, step], logger=False, accelerator="cpu")
+    assert trainer.checkpoint_callbacks == [last, step] and step.state_key != last.state_key
+
+
 def test_an_eval_step_training_does_not_keep_is_refused_before_any_work():
     from skipdecode.experiments.sweeps.steps import check_eval_step
 

@@ -6,6 +6,7 @@ file). :class:`AtomicCheckpointIO` writes beside the target and renames it over 
 ``last.ckpt`` is always the previous checkpoint or the new one. :func:`resume_step` reads the
 step of the checkpoint a run resumes from, and names the file and the ways forward when it
 cannot be read (a checkpoint cut short before this writer, or damaged since).
+:class:`StepCheckpoint` keeps the weights of chosen steps beside the rolling ``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
 
-__all__ = ["AtomicCheckpointIO", "CheckpointError", "resume_step"]
+__all__ = ["AtomicCheckpointIO", "CheckpointError", "StepCheckpoint", "resume_step"]
 
 
 class CheckpointError(RuntimeError):
@@ -71,3 +73,19 @@ def resume_step(path: str | Path) -> int:
             f"it may have been cut short by a kill during its write. Either {alternatives}; or "
             f"start again with ckpt_path=null after moving {path.name} away"
         ) from e
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """A :class:`ModelCheckpoint` that keeps the weights of every N-th step (``sweep.keep_steps``).
+
+    Lightning keys a checkpoint callback's state by its monitor, mode and intervals only, and
+    refuses two callbacks with one key: saving every 40 steps beside a ``last.ckpt`` also saved
+    every 40 would be refused before training. This key also names the directory it keeps."""
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            dirpath=str(self.dirpath),
+            every_n_train_steps=self._every_n_train_steps,
+            every_n_epochs=self._every_n_epochs,
+        )

@@ -65,7 +65,7 @@ def step_checkpoint_callback(c: Mapping[str, Any], train_dir: Path) -> dict[str,
     if not keep:
         return None
     return {
-        "_target_": "pytorch_lightning.callbacks.ModelCheckpoint",
+        "_target_": "skipdecode.training.checkpoints.StepCheckpoint",
         "dirpath": str(train_dir / STEP_DIR),
         "filename": "step-{step}",
         "auto_insert_metric_name": False,
