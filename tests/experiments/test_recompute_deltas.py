@@ -103,7 +103,7 @@ def _budget_folder(tmp_path: Path) -> Path:
                 "bleu_delta_seed_ci95_low": seed_low, "bleu_delta_seed_ci95_high": seed_high,
                 "seeds": "1 2", "delta_seeds": "1 2"}  # fmt: skip
 
-    rows = [row("full", s, None, None, None) for s in (90, 180, 270)]
+    rows = [{**row("full", s, None, None, None), "seeds": "1 2 3"} for s in (90, 180, 270)]
     rows += [row("target_2x", 90, -5, -7, -3, -9, -1), row("target_2x", 180, -2, -3, -1, -4, 0.5)]
     rows += [row("target_2x", 270, -0.5, -1.5, 0.5)]
     folder = tmp_path / "results" / "budget_tiny"
@@ -133,3 +133,14 @@ def test_a_budget_page_recomputes_and_each_planted_defect_is_caught(tmp_path):
     folder = _budget_folder(tmp_path / "c")
     (folder / "budget.md").write_text(page.replace("-2.00 [-3.00, -1.00]", "-2.00 [-3.10, -1.00]"))
     assert any("budget.md target_2x 180" in d for d in check_budget(folder.parent).differences)
+
+    # full's mean covers its own seeds, and the page must say which: a page that shows full's
+    # seeds as the paired ones is caught
+    assert "| target_2x | 180 | 1 2 3 | 60.00 | 1 2 | 58.00 | 1 2 |" in page
+    folder = _budget_folder(tmp_path / "d")
+    (folder / "budget.md").write_text(page.replace("| 180 | 1 2 3 |", "| 180 | 1 2 |"))
+    assert any("budget.md target_2x 180" in d and "full seeds" in d
+               for d in check_budget(folder.parent).differences)  # fmt: skip
+    _edit(folder / "budget.csv", "target_2x", "full_seeds", "1 2")
+    assert any("budget.csv target_2x" in d and "full_seeds" in d
+               for d in check_budget(folder.parent).differences)  # fmt: skip

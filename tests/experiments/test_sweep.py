@@ -725,7 +725,7 @@ def test_the_budget_page_says_from_which_budget_a_schedule_is_not_separable(tmp_
     page = write_budget(tmp_path)["md"].read_text()
     assert "target_2x: not separable from full from 270 steps on" in page
     assert "target_3x: still separable from full at 270 steps" in page
-    assert "| target_2x | 180 | 1 | 60.00 | 60.00 | -2.00 [-3.00, -1.00] |  | yes |" in page
+    assert "| target_2x | 180 | 1 | 60.00 | 1 | 60.00 | 1 | -2.00 [-3.00, -1.00] |  | yes |" in page
 
 
 def test_without_reuse_a_cell_trains_from_the_start_and_its_earlier_evaluation_goes(

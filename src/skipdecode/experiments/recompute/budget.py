@@ -5,11 +5,12 @@ Own reading: the table and metric are SciTLDR's ROUGE-L *max* from ``summaries.c
 rows evaluated at a training step have it (which :mod:`.summaries` recomputes from the
 generations), else BLEU from ``results.csv`` where those rows have a BLEU mean, else its ROUGE-L
 (ROUGE shown x 100). Per row of a schedule other than full evaluated at a step: full's mean at
-the same step, the row's mean, its difference from full with the seeds x inputs interval and the
-per-seed t-interval (the table's, which :mod:`.deltas` or :mod:`.summaries` recompute from the
-generations), and decided: every interval there excludes 0. Per schedule, the page's sentence:
-not separable at any budget; still separable at its largest; or not separable from the first
-budget after the last decided one. ``budget.md``'s table at its printed digits, every row once.
+the same step and its seeds, the row's mean and its seeds, its difference from full with the
+seeds x inputs interval and the per-seed t-interval (the table's, which :mod:`.deltas` or
+:mod:`.summaries` recompute from the generations), and decided: every interval there excludes 0.
+Per schedule, the page's sentence: not separable at any budget; still separable at its largest;
+or not separable from the first budget after the last decided one. ``budget.md``'s table at its
+printed digits, every row once.
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def _expected(folder: Path) -> list[dict[str, Any]]:
         if r.get("schedule") == "full" or num(r.get(f"{metric}_delta")) is None:
             continue
         row = {"schedule": r["schedule"], "train_steps": steps, "metric": label,
-               "delta_seeds": r.get("delta_seeds") or "", "full": scaled(full.get(steps), mean),
+               "full_seeds": (full.get(steps) or {}).get("seeds") or "",
+               "seeds": r.get("seeds") or "", "delta_seeds": r.get("delta_seeds") or "",
+               "full": scaled(full.get(steps), mean),
                "value": scaled(r, mean), "delta": scaled(r, f"{metric}_delta")}  # fmt: skip
         for kind in ("", "_seed"):
             for bound in ("low", "high"):
@@ -107,7 +110,7 @@ def _check_folder(folder: Path, found: Findings) -> None:
         at = f"{where}.csv {row['schedule']} {row['train_steps']}"
         for key in _FIELDS:
             found.compare(at, key, shown.get(key), row[key])
-        for key in ("metric", "delta_seeds"):
+        for key in ("metric", "full_seeds", "seeds", "delta_seeds"):
             found.compare(at, key, shown.get(key), row[key])
         found.compare(at, "decided", shown.get("decided"), str(row["decided"]))
     page = (folder / "budget.md").read_text(encoding="utf-8")
@@ -123,9 +126,10 @@ def _check_folder(folder: Path, found: Findings) -> None:
 
     lines = {
         (r["schedule"], str(r["train_steps"])): {
-            "paired seeds": r["delta_seeds"], f"full {metric}": [r["full"]], metric: [r["value"]],
-            f"Δ{metric} [seeds x inputs]": interval(r, ""), "Δ [per-seed t]": interval(r, "_seed"),
-            "decided": "yes" if r["decided"] else "no",
+            "full seeds": r["full_seeds"], f"full {metric}": [r["full"]], "seeds": r["seeds"],
+            metric: [r["value"]], "paired seeds": r["delta_seeds"],
+            f"Δ{metric} [seeds x inputs]": interval(r, ""),
+            "Δ [per-seed t]": interval(r, "_seed"), "decided": "yes" if r["decided"] else "no",
         }
         for r in expected
     }  # fmt: skip

@@ -4,12 +4,13 @@ training steps both were evaluated at (a sweep with ``sweep.eval_step``, :mod:`.
 From a results folder's table of one row per schedule and ``train_steps``, each paired with
 ``full`` at the same steps over the seeds both have (:data:`SOURCES`: ``summaries.csv``'s ROUGE-L
 in SciTLDR's *max* convention for a summarization folder, else ``results.csv``'s BLEU, else its
-ROUGE-L per-type max): a table per schedule of the metric,
-Δ against full with its two-level bootstrap interval (seeds x inputs) and, with two or more
-paired seeds, the t-interval over per-seed differences; whether the difference is decided (every
-interval excludes 0); and the smallest budget from which it is not decided at any larger one.
-Writes ``budget.md``, ``budget.csv`` and ``budget.png`` (Δ against steps, intervals as bars),
-each whole or not at all; nothing where the folder has no ``train_steps`` rows.
+ROUGE-L per-type max): a table per schedule of the metric (each side's mean over its own seeds,
+which the table names), Δ against full with its two-level bootstrap interval (seeds x inputs)
+and, with two or more paired seeds, the t-interval over per-seed differences; whether the
+difference is decided (every interval excludes 0); and the smallest budget from which it is not
+decided at any larger one. Writes ``budget.md``, ``budget.csv`` and ``budget.png`` (Δ against
+steps, intervals as bars), each whole or not at all; nothing where the folder has no
+``train_steps`` rows.
 
     python -m skipdecode.experiments.sweeps.budget results/<folder> [...]
 """
@@ -35,8 +36,8 @@ SOURCES = (
     (TABLE_CSV, "bleu", "bleu_mean", "BLEU", 1.0),
     (TABLE_CSV, "rougeL", "rougeL_mean", "ROUGE-L per-type max", 100.0),
 )
-COLUMNS = ("schedule", "train_steps", "seeds", "delta_seeds", "metric", "full", "value",
-           "delta", "delta_ci95_low", "delta_ci95_high", "delta_seed_ci95_low",
+COLUMNS = ("schedule", "train_steps", "full_seeds", "seeds", "delta_seeds", "metric", "full",
+           "value", "delta", "delta_ci95_low", "delta_ci95_high", "delta_seed_ci95_low",
            "delta_seed_ci95_high", "decided")  # fmt: skip
 
 
@@ -72,7 +73,8 @@ def budget_rows(stepped: Sequence[Mapping[str, Any]], source: tuple) -> list[dic
         decided = bool(intervals) and all(lo > 0 or hi < 0 for lo, hi in intervals)
         out.append(
             {
-                "schedule": r["schedule"], "train_steps": steps, "seeds": r.get("seeds"),
+                "schedule": r["schedule"], "train_steps": steps,
+                "full_seeds": full.get(steps, {}).get("seeds"), "seeds": r.get("seeds"),
                 "delta_seeds": r.get("delta_seeds"), "metric": label,
                 "full": scaled(mean, full.get(steps, {})),
                 "value": scaled(mean), "delta": scaled(f"{metric}_delta"),
@@ -135,8 +137,9 @@ def write_budget(folder: Path, plot: bool = True) -> dict[str, Path] | None:
         return "" if value is None else f"{value:+.2f}"
 
     lines = [
-        [str(r["schedule"]), str(r["train_steps"]), str(r["delta_seeds"] or ""),
-         f"{r['full']:.2f}" if r["full"] is not None else "", f"{r['value']:.2f}",
+        [str(r["schedule"]), str(r["train_steps"]), str(r["full_seeds"] or ""),
+         f"{r['full']:.2f}" if r["full"] is not None else "", str(r["seeds"] or ""),
+         f"{r['value']:.2f}", str(r["delta_seeds"] or ""),
          f"{text(r['delta'])} [{text(r['delta_ci95_low'])}, {text(r['delta_ci95_high'])}]",
          "" if r["delta_seed_ci95_low"] is None
          else f"[{text(r['delta_seed_ci95_low'])}, {text(r['delta_seed_ci95_high'])}]",
@@ -144,7 +147,7 @@ def write_budget(folder: Path, plot: bool = True) -> dict[str, Path] | None:
         for r in rows
     ]  # fmt: skip
     metric = rows[0]["metric"]
-    header = ["schedule", "steps", "paired seeds", f"full {metric}", metric,
+    header = ["schedule", "steps", "full seeds", f"full {metric}", "seeds", metric, "paired seeds",
               f"Δ{metric} [seeds x inputs]", "Δ [per-seed t]", "decided"]  # fmt: skip
     page = [
         "# How much fine-tuning each schedule needs",
@@ -152,8 +155,8 @@ def write_budget(folder: Path, plot: bool = True) -> dict[str, Path] | None:
         f"Written by `python -m skipdecode.experiments.sweeps.budget {folder.as_posix()}` from "
         f"the folder's `{found[1][0]}`; do not edit. Every row: the schedule's model and the full "
         "model, each evaluated as it was after that many fine-tuning steps (one training run "
-        "per schedule, `sweep.eval_step`), paired over the seeds both have. Decided: every "
-        "interval excludes 0.",
+        "per schedule, `sweep.eval_step`). Each side's value is its mean over its own seeds; "
+        "the difference pairs them over the seeds both have. Decided: every interval excludes 0.",
         "",
         _from_where(rows),
         "",
