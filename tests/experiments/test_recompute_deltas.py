@@ -92,7 +92,7 @@ def test_an_output_changed_after_scoring_is_caught(folder):
     assert any("results.csv" in d and "rougeL_delta" in d for d in found), found
 
 
-def _budget_folder(tmp_path: Path) -> Path:
+def _budget_folder(tmp_path: Path, last: tuple = (-0.5, -1.5, 0.5)) -> Path:
     from skipdecode.experiments.sweeps.budget import write_budget
     from skipdecode.experiments.sweeps.table import RESULT_COLUMNS, csv_text
 
@@ -105,7 +105,7 @@ def _budget_folder(tmp_path: Path) -> Path:
 
     rows = [{**row("full", s, None, None, None), "seeds": "1 2 3"} for s in (90, 180, 270)]
     rows += [row("target_2x", 90, -5, -7, -3, -9, -1), row("target_2x", 180, -2, -3, -1, -4, 0.5)]
-    rows += [row("target_2x", 270, -0.5, -1.5, 0.5)]
+    rows += [row("target_2x", 270, *last)]
     folder = tmp_path / "results" / "budget_tiny"
     folder.mkdir(parents=True)
     (folder / "results.csv").write_text(csv_text(rows, [*RESULT_COLUMNS, "train_steps"]))
@@ -144,3 +144,25 @@ def test_a_budget_page_recomputes_and_each_planted_defect_is_caught(tmp_path):
     _edit(folder / "budget.csv", "target_2x", "full_seeds", "1 2")
     assert any("budget.csv target_2x" in d and "full_seeds" in d
                for d in check_budget(folder.parent).differences)  # fmt: skip
+
+
+def test_a_budget_sentence_must_say_when_only_the_per_seed_interval_leaves_it_undecided(tmp_path):
+    """At 180 and 270 steps every seeds x inputs interval excludes 0 and only the per-seed
+    t-interval includes it: the sentence says so, and a page without that clause (or with it
+    where a seeds x inputs interval includes 0) is caught."""
+    from skipdecode.experiments.recompute.budget import check_budget
+
+    clause = " (there every seeds x inputs interval excludes 0; only the per-seed one includes it)"
+    folder = _budget_folder(tmp_path / "a", last=(-1.0, -2.0, -0.5, -3.0, 1.0))
+    page = (folder / "budget.md").read_text(encoding="utf-8")
+    assert f"target_2x: not separable from full from 180 steps on{clause}." in page
+    assert check_budget(folder.parent).differences == []
+    (folder / "budget.md").write_text(page.replace(clause, ""), encoding="utf-8")
+    assert any("the sentence is not" in d for d in check_budget(folder.parent).differences)
+
+    folder = _budget_folder(tmp_path / "b")  # at 270 the seeds x inputs interval includes 0
+    page = (folder / "budget.md").read_text(encoding="utf-8")
+    assert clause not in page
+    planted = page.replace("from 180 steps on.", f"from 180 steps on{clause}.")
+    (folder / "budget.md").write_text(planted, encoding="utf-8")
+    assert any("the sentence is not" in d for d in check_budget(folder.parent).differences)

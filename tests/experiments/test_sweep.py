@@ -712,19 +712,27 @@ def test_the_budget_page_says_from_which_budget_a_schedule_is_not_separable(tmp_
     from skipdecode.experiments.sweeps.budget import write_budget
     from skipdecode.experiments.sweeps.table import RESULT_COLUMNS, csv_text
 
-    def row(schedule, steps, delta, low, high):
+    def row(schedule, steps, delta, low, high, seed_low=None, seed_high=None):
         return {"status": "ok", "schedule": schedule, "train_steps": steps, "bleu_mean": 60.0,
                 "bleu_delta": delta, "bleu_delta_ci95_low": low, "bleu_delta_ci95_high": high,
+                "bleu_delta_seed_ci95_low": seed_low, "bleu_delta_seed_ci95_high": seed_high,
                 "seeds": "1", "delta_seeds": "1"}  # fmt: skip
 
     rows = [row("full", s, None, None, None) for s in (90, 180, 270)]
     rows += [row("target_2x", 90, -5, -7, -3), row("target_2x", 180, -2, -3, -1)]
     rows += [row("target_2x", 270, -0.5, -1.5, 0.5)]
     rows += [row("target_3x", s, -6, -8, -4) for s in (90, 180, 270)]
+    # decided at 90; at 180 and 270 only the per-seed interval includes 0
+    rows += [row("target_4x", 90, -6, -8, -4, -9, -3)]
+    rows += [row("target_4x", s, -2, -3, -1, -5, 1) for s in (180, 270)]
     (tmp_path / "results.csv").write_text(csv_text(rows, [*RESULT_COLUMNS, "train_steps"]))
     page = write_budget(tmp_path)["md"].read_text()
-    assert "target_2x: not separable from full from 270 steps on" in page
+    assert "target_2x: not separable from full from 270 steps on; target_3x" in page
     assert "target_3x: still separable from full at 270 steps" in page
+    assert (
+        "target_4x: not separable from full from 180 steps on (there every seeds x inputs"
+        " interval excludes 0; only the per-seed one includes it)." in page
+    )
     assert "| target_2x | 180 | 1 | 60.00 | 1 | 60.00 | 1 | -2.00 [-3.00, -1.00] |  | yes |" in page
 
 

@@ -9,8 +9,9 @@ the same step and its seeds, the row's mean and its seeds, its difference from f
 seeds x inputs interval and the per-seed t-interval (the table's, which :mod:`.deltas` or
 :mod:`.summaries` recompute from the generations), and decided: every interval there excludes 0.
 Per schedule, the page's sentence: not separable at any budget; still separable at its largest;
-or not separable from the first budget after the last decided one. ``budget.md``'s table at its
-printed digits, every row once.
+or not separable from the first budget after the last decided one; where every seeds x inputs
+interval of the undecided budgets excludes 0, it adds that only the per-seed one includes it.
+``budget.md``'s table at its printed digits, every row once.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def _expected(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+_ONLY_PER_SEED = "there every seeds x inputs interval excludes 0; only the per-seed one includes it"
+
+
 def _sentence(rows: list[dict[str, Any]]) -> str:
     parts = []
     for schedule in sorted({r["schedule"] for r in rows}):
@@ -85,13 +89,23 @@ def _sentence(rows: list[dict[str, Any]]) -> str:
             (r for r in rows if r["schedule"] == schedule), key=lambda r: r["train_steps"]
         )
         decided = [r["train_steps"] for r in mine if r["decided"]]
-        if not decided:
-            parts.append(f"{schedule}: not separable from full at any budget measured")
-        elif decided[-1] == mine[-1]["train_steps"]:
+        if decided and decided[-1] == mine[-1]["train_steps"]:
             parts.append(f"{schedule}: still separable from full at {decided[-1]} steps")
+            continue
+        undecided = [r for r in mine if not decided or r["train_steps"] > decided[-1]]
+        if decided:
+            first = min(r["train_steps"] for r in undecided)
+            text = f"{schedule}: not separable from full from {first} steps on"
         else:
-            later = min(r["train_steps"] for r in mine if r["train_steps"] > decided[-1])
-            parts.append(f"{schedule}: not separable from full from {later} steps on")
+            text = f"{schedule}: not separable from full at any budget measured"
+        inputs_exclude = [
+            r["delta_ci95_low"] is not None
+            and (r["delta_ci95_low"] > 0 or r["delta_ci95_high"] < 0)
+            for r in undecided
+        ]
+        if all(inputs_exclude):
+            text += f" ({_ONLY_PER_SEED})"
+        parts.append(text)
     return "; ".join(parts) + "."
 
 

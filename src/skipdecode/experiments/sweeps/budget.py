@@ -93,13 +93,25 @@ def _from_where(rows: Sequence[Mapping[str, Any]]) -> str:
         mine = [r for r in rows if r["schedule"] == schedule]
         decided = [r["train_steps"] for r in mine if r["decided"]]
         if not decided:
-            parts.append(f"{schedule}: not separable from full at any budget measured")
+            tail = mine
+            part = f"{schedule}: not separable from full at any budget measured"
         elif decided[-1] == mine[-1]["train_steps"]:
             parts.append(f"{schedule}: still separable from full at {decided[-1]} steps")
+            continue
         else:
-            later = [r["train_steps"] for r in mine if r["train_steps"] > decided[-1]]
-            parts.append(f"{schedule}: not separable from full from {later[0]} steps on")
+            tail = [r for r in mine if r["train_steps"] > decided[-1]]
+            part = f"{schedule}: not separable from full from {tail[0]['train_steps']} steps on"
+        parts.append(part + _only_per_seed(tail))
     return "; ".join(parts) + "."
+
+
+def _only_per_seed(tail: Sequence[Mapping[str, Any]]) -> str:
+    """Where every undecided row's seeds x inputs interval excludes 0, say so: only the
+    per-seed t-interval (wide with few seeds) leaves those budgets undecided."""
+    lows, highs = [r["delta_ci95_low"] for r in tail], [r["delta_ci95_high"] for r in tail]
+    if None in lows or any(lo <= 0 <= hi for lo, hi in zip(lows, highs, strict=True)):
+        return ""
+    return " (there every seeds x inputs interval excludes 0; only the per-seed one includes it)"
 
 
 def _plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
