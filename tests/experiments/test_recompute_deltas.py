@@ -92,7 +92,12 @@ def test_an_output_changed_after_scoring_is_caught(folder):
     assert any("results.csv" in d and "rougeL_delta" in d for d in found), found
 
 
-def _budget_folder(tmp_path: Path, last: tuple = (-0.5, -1.5, 0.5)) -> Path:
+def _budget_folder(
+    tmp_path: Path,
+    last: tuple = (-0.5, -1.5, 0.5),
+    middle: tuple = (-2, -3, -1, -4, 0.5),
+    first: tuple = (-5, -7, -3, -9, -1),
+) -> Path:
     from skipdecode.experiments.sweeps.budget import write_budget
     from skipdecode.experiments.sweeps.table import RESULT_COLUMNS, csv_text
 
@@ -104,7 +109,7 @@ def _budget_folder(tmp_path: Path, last: tuple = (-0.5, -1.5, 0.5)) -> Path:
                 "seeds": "1 2", "delta_seeds": "1 2"}  # fmt: skip
 
     rows = [{**row("full", s, None, None, None), "seeds": "1 2 3"} for s in (90, 180, 270)]
-    rows += [row("target_2x", 90, -5, -7, -3, -9, -1), row("target_2x", 180, -2, -3, -1, -4, 0.5)]
+    rows += [row("target_2x", 90, *first), row("target_2x", 180, *middle)]
     rows += [row("target_2x", 270, *last)]
     folder = tmp_path / "results" / "budget_tiny"
     folder.mkdir(parents=True)
@@ -160,9 +165,24 @@ def test_a_budget_sentence_must_say_when_only_the_per_seed_interval_leaves_it_un
     (folder / "budget.md").write_text(page.replace(clause, ""), encoding="utf-8")
     assert any("the sentence is not" in d for d in check_budget(folder.parent).differences)
 
-    folder = _budget_folder(tmp_path / "b")  # at 270 the seeds x inputs interval includes 0
+    # nothing decided (90 is undecided too), every seeds x inputs interval excluding 0
+    both = (-1.0, -2.0, -0.5, -3.0, 1.0)
+    folder = _budget_folder(tmp_path / "n", last=both, middle=both, first=both)
     page = (folder / "budget.md").read_text(encoding="utf-8")
-    assert clause not in page
-    planted = page.replace("from 180 steps on.", f"from 180 steps on{clause}.")
-    (folder / "budget.md").write_text(planted, encoding="utf-8")
+    assert f"target_2x: not separable from full at any budget measured{clause}." in page
+    assert check_budget(folder.parent).differences == []
+    (folder / "budget.md").write_text(page.replace(clause, ""), encoding="utf-8")
     assert any("the sentence is not" in d for d in check_budget(folder.parent).differences)
+
+    # undecided from 180: at 270 (b) or at 180 alone (c) a seeds x inputs interval includes 0
+    for name, last, middle in (
+        ("b", (-0.5, -1.5, 0.5), (-2, -3, -1, -4, 0.5)),
+        ("c", both, (-1.0, -3.0, 0.5, -4.0, 0.5)),
+    ):
+        folder = _budget_folder(tmp_path / name, last=last, middle=middle)
+        page = (folder / "budget.md").read_text(encoding="utf-8")
+        assert "target_2x: not separable from full from 180 steps on.\n" in page
+        planted = page.replace("from 180 steps on.", f"from 180 steps on{clause}.")
+        assert planted != page
+        (folder / "budget.md").write_text(planted, encoding="utf-8")
+        assert any("the sentence is not" in d for d in check_budget(folder.parent).differences)

@@ -725,14 +725,19 @@ def test_the_budget_page_says_from_which_budget_a_schedule_is_not_separable(tmp_
     # decided at 90; at 180 and 270 only the per-seed interval includes 0
     rows += [row("target_4x", 90, -6, -8, -4, -9, -3)]
     rows += [row("target_4x", s, -2, -3, -1, -5, 1) for s in (180, 270)]
+    # nothing decided, every seeds x inputs interval excludes 0
+    rows += [row("target_5x", s, -2, -3, -1, -5, 1) for s in (90, 180, 270)]
+    # undecided from 180, whose seeds x inputs interval includes 0 (270's does not): no clause
+    rows += [row("target_6x", 90, -6, -8, -4, -9, -3), row("target_6x", 180, -1, -3, 0.5, -5, 1)]
+    rows += [row("target_6x", 270, -2, -3, -1, -5, 1)]
     (tmp_path / "results.csv").write_text(csv_text(rows, [*RESULT_COLUMNS, "train_steps"]))
     page = write_budget(tmp_path)["md"].read_text()
     assert "target_2x: not separable from full from 270 steps on; target_3x" in page
     assert "target_3x: still separable from full at 270 steps" in page
-    assert (
-        "target_4x: not separable from full from 180 steps on (there every seeds x inputs"
-        " interval excludes 0; only the per-seed one includes it)." in page
-    )
+    clause = " (there every seeds x inputs interval excludes 0; only the per-seed one includes it)"
+    assert f"target_4x: not separable from full from 180 steps on{clause}; target_5x" in page
+    assert f"target_5x: not separable from full at any budget measured{clause}; target_6x" in page
+    assert "target_6x: not separable from full from 180 steps on.\n" in page
     assert "| target_2x | 180 | 1 | 60.00 | 1 | 60.00 | 1 | -2.00 [-3.00, -1.00] |  | yes |" in page
 
 

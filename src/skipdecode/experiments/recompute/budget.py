@@ -100,6 +100,7 @@ def _sentence(rows: list[dict[str, Any]]) -> str:
             text = f"{schedule}: not separable from full at any budget measured"
         inputs_exclude = [
             r["delta_ci95_low"] is not None
+            and r["delta_ci95_high"] is not None
             and (r["delta_ci95_low"] > 0 or r["delta_ci95_high"] < 0)
             for r in undecided
         ]

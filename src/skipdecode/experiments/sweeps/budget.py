@@ -8,7 +8,7 @@ ROUGE-L per-type max): a table per schedule of the metric (each side's mean over
 which the table names), Δ against full with its two-level bootstrap interval (seeds x inputs)
 and, with two or more paired seeds, the t-interval over per-seed differences; whether the
 difference is decided (every interval excludes 0); and the smallest budget from which it is not
-decided at any larger one. Writes ``budget.md``, ``budget.csv`` and ``budget.png`` (Δ against
+decided at any larger one, saying where only the per-seed interval leaves those budgets undecided. Writes ``budget.md``, ``budget.csv`` and ``budget.png`` (Δ against
 steps, intervals as bars), each whole or not at all; nothing where the folder has no
 ``train_steps`` rows.
 
@@ -108,8 +108,8 @@ def _from_where(rows: Sequence[Mapping[str, Any]]) -> str:
 def _only_per_seed(tail: Sequence[Mapping[str, Any]]) -> str:
     """Where every undecided row's seeds x inputs interval excludes 0, say so: only the
     per-seed t-interval (wide with few seeds) leaves those budgets undecided."""
-    lows, highs = [r["delta_ci95_low"] for r in tail], [r["delta_ci95_high"] for r in tail]
-    if None in lows or any(lo <= 0 <= hi for lo, hi in zip(lows, highs, strict=True)):
+    bounds = [(r["delta_ci95_low"], r["delta_ci95_high"]) for r in tail]
+    if any(None in b or b[0] <= 0 <= b[1] for b in bounds):  # missing counts as including 0
         return ""
     return " (there every seeds x inputs interval excludes 0; only the per-seed one includes it)"
 
