@@ -8,9 +8,9 @@ ROUGE-L per-type max): a table per schedule of the metric (each side's mean over
 which the table names), Δ against full with its two-level bootstrap interval (seeds x inputs)
 and, with two or more paired seeds, the t-interval over per-seed differences; whether the
 difference is decided (every interval excludes 0); and the smallest budget from which it is not
-decided at any larger one, saying where only the per-seed interval leaves those budgets undecided. Writes ``budget.md``, ``budget.csv`` and ``budget.png`` (Δ against
-steps, intervals as bars), each whole or not at all; nothing where the folder has no
-``train_steps`` rows.
+decided at any larger one, saying where only the per-seed interval leaves those budgets
+undecided. Writes ``budget.md``, ``budget.csv`` and ``budget.png`` (Δ against steps, intervals
+as bars), each whole or not at all; nothing where the folder has no ``train_steps`` rows.
 
     python -m skipdecode.experiments.sweeps.budget results/<folder> [...]
 """
