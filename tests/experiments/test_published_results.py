@@ -535,7 +535,7 @@ def test_the_provenance_page_sorts_records_by_what_their_diff_holds(tmp_path):
     assert "## Records without their diff (1)\n\n- `a/lost.json`" in page
     training = page.split("## Training records without provenance (1)")[1].split("##")[0]
     assert training.rstrip().endswith("- `training/run/metrics.json`")
-    assert "## Records from commits not in the repository (0)" in page  # no repository here
+    assert "## Records from commits outside the history (0)" in page  # no repository here
     assert page.rstrip().endswith("None.")  # every speedup recomputes from raw timings
 
 

@@ -65,7 +65,7 @@ def check_provenance(results: Path, root: Path) -> Findings:
             found.skip("records from outside a git checkout")
             continue
         if not known(commit):
-            found.skip("records from commits not in the repository (listed on PROVENANCE.md)")
+            found.skip("records from commits outside the history (listed on PROVENANCE.md)")
             continue
         if not git.get("dirty"):
             found.checked += 1

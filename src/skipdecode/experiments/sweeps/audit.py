@@ -71,7 +71,8 @@ def records(results: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
 def _kind(prov: Mapping[str, Any], known: Callable[[str], bool]) -> int:
     """0 clean; 1 uncommitted with its whole diff; 2 with the diff of tracked files only (kept
     before new files were: a module the run added is not in it); 3 with no diff; 4 from a
-    commit that is not in the repository (a branch that never landed)."""
+    commit outside the checked-out history (a branch that never landed, or one whose commits
+    landed only as copies: a fresh clone of the main branch lacks it)."""
     git = prov.get("git") or {}
     if git.get("commit") and not known(str(git["commit"])):
         return 4
@@ -83,8 +84,10 @@ def _kind(prov: Mapping[str, Any], known: Callable[[str], bool]) -> int:
 
 
 def commit_lookup(results: Path) -> Callable[[str], bool]:
-    """Whether a commit is in the repository holding ``results`` (every commit counts as known
-    when ``results`` is in no repository, as in a copy without its history)."""
+    """Whether a commit is in the checked-out history of the repository holding ``results``: an
+    ancestor of ``HEAD``, so the answer is the same in every clone of a branch, whatever other
+    branches a clone holds (every commit counts as known when ``results`` is in no repository,
+    as in a copy without its history)."""
     root = results.resolve().parent
     inside = subprocess.run(
         ["git", "rev-parse", "--git-dir"], cwd=root, capture_output=True, check=False
@@ -96,7 +99,7 @@ def commit_lookup(results: Path) -> Callable[[str], bool]:
     def known(commit: str) -> bool:
         if commit not in cache:
             found = subprocess.run(
-                ["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+                ["git", "merge-base", "--is-ancestor", commit, "HEAD"],
                 cwd=root, capture_output=True, check=False,
             )  # fmt: skip
             cache[commit] = found.returncode == 0
@@ -214,7 +217,7 @@ def audit_page(results: Path, found: Found | None = None) -> str:
         "Publishing and the benchmarks now refuse to write such records.",
         "",
         "| folder | clean commit | uncommitted, whole diff kept | uncommitted, diff of tracked "
-        "files only | uncommitted, no diff | commit not in the repository |",
+        "files only | uncommitted, no diff | commit outside the history |",
         "|---|---|---|---|---|---|",
         *(
             f"| {f} | {c[0]} | {c[1]} | {c[2]} | {c[3]} | {c[4]} |"
@@ -231,9 +234,10 @@ def audit_page(results: Path, found: Found | None = None) -> str:
     lines += [f"- `{p}` (commit {str(c)[:12]})" for p, c in listed[2]] or ["None."]
     lines += ["", f"## Records without their diff ({len(listed[3])})", ""]
     lines += [f"- `{p}` (commit {str(c)[:12]})" for p, c in listed[3]] or ["None."]
-    lines += ["", f"## Records from commits not in the repository ({len(listed[4])})", ""]
+    lines += ["", f"## Records from commits outside the history ({len(listed[4])})", ""]
     lines += [
-        "Written from a branch that never landed: the commit they name cannot be checked out.",
+        "Written from a commit that is not an ancestor of this one (a branch that never landed,"
+        " or landed as copies): a clone of this branch cannot check it out.",
         "",
     ]
     lines += [f"- `{p}` (commit {str(c)[:12]})" for p, c in listed[4]] or ["None."]
