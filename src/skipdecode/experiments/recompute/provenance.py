@@ -1,7 +1,8 @@
 """Each record's provenance checked against the repository.
 
-A record from a clean commit in the repository passes; one from a commit the repository lacks (a
-branch that never landed) passes only while ``results/PROVENANCE.md`` lists it. One that keeps its whole
+A record from a clean commit in the checked-out history (an ancestor of ``HEAD``) passes; one
+from a commit outside it (a branch that never landed, or landed only as copies) passes only while
+``results/PROVENANCE.md`` lists it. One that keeps its whole
 diff (``diff_scope``) passes when the diff applies to its commit: ``git apply --cached --check``
 on a temporary index read from that commit, so no work tree is touched. One whose diff is partial
 (tracked files only) or missing passes only while ``results/PROVENANCE.md`` is up to date, which
