@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import platform
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from git_repo import git_in
 
 from skipdecode.provenance import PROVENANCE_PACKAGES, machine, provenance
-
-
-def _git_in(repo, home):
-    """``git(*args, cwd=repo)``: git with a throwaway identity and config, LF and CRLF kept as is."""
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(home)}
-
-    def git(*args, cwd=repo):
-        subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "core.autocrlf=false",
-             *args], cwd=cwd, env=env, check=True, capture_output=True,
-        )  # fmt: skip
-
-    return git
 
 
 def test_provenance_fields():
@@ -81,7 +67,7 @@ def test_a_machine_label_tells_two_cpus_of_one_name_apart_and_says_what_a_record
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_provenance_git_commit_and_dirty(tmp_path):
-    git = _git_in(tmp_path, home=tmp_path)
+    git = git_in(tmp_path, home=tmp_path)
 
     git("init", "-q")
     (tmp_path / "f.txt").write_text("1")
@@ -99,7 +85,7 @@ def test_a_kept_diff_recreates_changed_and_new_code_files(tmp_path):
     diff gives back the tree the run had (a stray file outside the code folders is not kept)."""
     repo, clone = tmp_path / "repo", tmp_path / "clone"
     repo.mkdir()
-    git = _git_in(repo, home=tmp_path)
+    git = git_in(repo, home=tmp_path)
 
     git("init", "-q")
     (repo / "src").mkdir()
@@ -125,7 +111,7 @@ def test_a_kept_diff_of_a_crlf_file_applies(tmp_path):
     the diff applies to the commit and gives the file back (LF endings would not apply)."""
     repo, clone = tmp_path / "repo", tmp_path / "clone"
     repo.mkdir()
-    git = _git_in(repo, home=tmp_path)
+    git = git_in(repo, home=tmp_path)
 
     git("init", "-q")
     (repo / "metrics.csv").write_bytes(b"step,loss\r\n0,2.7\r\n9,5.3\r\n")
@@ -157,14 +143,12 @@ def test_a_copy_without_git_is_recorded_from_its_commit_manifest(tmp_path, monke
     (repo / "src").mkdir(parents=True)
     (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     (repo / "src" / "a.py").write_text("A = 1\n")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "-C", str(repo), "add", "."], check=True)
-    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "c"], check=True)
+    git = git_in(repo, home=tmp_path)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
     manifest = write_manifest(repo, tmp_path / "tree.json")
-    head = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    head = git("rev-parse", "HEAD")
     assert manifest["commit"] == head and set(manifest["files"]) == {"pyproject.toml", "src/a.py"}
 
     copy = tmp_path / "copy"
@@ -179,7 +163,7 @@ def test_a_copy_without_git_is_recorded_from_its_commit_manifest(tmp_path, monke
 
     stale = tmp_path / "stale"  # a copy whose .git is an older snapshot
     shutil.copytree(repo, stale)
-    subprocess.run([*git, "-C", str(stale), "commit", "-q", "--amend", "-m", "other"], check=True)
+    git("commit", "-q", "--amend", "-m", "other", cwd=stale)
     info = _git_info(stale / "src")
     assert info["commit"] == head and info["dirty"] is False
 

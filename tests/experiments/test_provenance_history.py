@@ -4,29 +4,19 @@ so the page is the same in every clone of a branch, whatever other branches a cl
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+
+from git_repo import git_in
 
 from skipdecode.experiments.sweeps.audit import audit_page
-
-
-def _git(repo, home, *args) -> str:
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(home)}
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo, env=env, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    return done.stdout.strip()
 
 
 def test_a_record_from_a_branch_that_landed_only_as_a_copy_is_outside_the_history(tmp_path):
     """A record names a commit of a side branch whose change reached main by cherry-pick: the
     commit exists in this clone but not in main's history, so a clone of main alone would lack
     it. It is listed as outside the history until main merges the branch."""
-    repo, home = tmp_path / "repo", tmp_path / "home"
-    home.mkdir()
+    repo = tmp_path / "repo"
     (repo / "results" / "study").mkdir(parents=True)
-    git = lambda *args: _git(repo, home, *args)  # noqa: E731
+    git = git_in(repo, home=tmp_path)
     git("init", "-q", "-b", "main")
     (repo / "a.txt").write_text("a\n")
     git("add", ".")

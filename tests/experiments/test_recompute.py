@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from git_repo import git_in
 
 from skipdecode.evaluation.speed import paired_speedups
 from skipdecode.experiments.recompute.bench import check_bench
@@ -250,12 +251,7 @@ def test_a_kept_diff_that_does_not_apply_to_its_commit_is_caught(tmp_path):
     repo = tmp_path / "repo"
     (repo / "results" / "r").mkdir(parents=True)
 
-    def git(*args):
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=repo, check=True, capture_output=True, text=True,
-        ).stdout.strip()  # fmt: skip
-
+    git = git_in(repo, home=tmp_path)
     git("init", "-q")
     (repo / "a.py").write_text("x = 1\n")
     git("add", "a.py")
