@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from exports import compose, make_fake_sweep
+from git_repo import git_in
 
 from skipdecode.experiments.sweeps.aggregate import aggregate
 from skipdecode.experiments.sweeps.audit import provenance_note
@@ -474,17 +475,15 @@ def test_the_committed_provenance_page_is_up_to_date():
 
 
 def test_provenance_keeps_the_diff_of_a_dirty_checkout(tmp_path):
-    import subprocess
-
     from skipdecode.provenance import provenance
 
     repo = tmp_path / "repo"
     repo.mkdir()
-    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
-    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    git = git_in(repo, home=tmp_path)
+    git("init", "-q")
     (repo / "f.py").write_text("x = 1\n")
-    subprocess.run([*git, "add", "f.py"], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "c"], cwd=repo, check=True)
+    git("add", "f.py")
+    git("commit", "-qm", "c")
     assert "diff" not in provenance(repo)["git"]
     (repo / "f.py").write_text("x = 2\n")
     info = provenance(repo)["git"]
@@ -598,21 +597,19 @@ def test_the_provenance_page_counts_the_code_versions_of_each_folders_clean_reco
     another; outside a repository the version is unknown."""
     import json
     import shutil
-    import subprocess
 
     from skipdecode.experiments.sweeps.audit import audit_page
 
-    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
-    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    git = git_in(tmp_path, home=tmp_path / "home")
+    git("init", "-q")
     commits = []
     for rel, text in [("src/m.py", "x = 1"), ("docs/d.md", "new words"), ("src/m.py", "x = 2")]:
         for path, body in {"conf/c.yaml": "a: 1", "pyproject.toml": "[project]", rel: text}.items():
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / path).write_text(body + "\n")
-        subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
-        subprocess.run([*git, "commit", "-qm", rel], cwd=tmp_path, check=True)
-        head = subprocess.run([*git, "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True)
-        commits.append(head.stdout.decode().strip())
+        git("add", "-A")
+        git("commit", "-qm", rel)
+        commits.append(git("rev-parse", "HEAD"))
     results = tmp_path / "results"
     for rel, commit, dirty in [
         ("f/1.json", commits[0], False),
