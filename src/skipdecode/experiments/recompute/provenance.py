@@ -5,8 +5,9 @@ from a commit outside it (a branch that never landed, or landed only as copies) 
 ``results/PROVENANCE.md`` lists it. One that keeps its whole diff (``diff_scope``) passes when
 the diff applies to its commit: ``git apply --cached --check`` on a temporary index read from
 that commit, so no work tree is touched. One whose diff is partial (tracked files only) or
-missing passes only while ``results/PROVENANCE.md`` is up to date, which lists it as such. A published cell (``cell.json``) must not say its training resumed from a
-checkpoint when its sweep ran with ``sweep.reuse=false``, which deletes every checkpoint first.
+missing passes only while ``results/PROVENANCE.md`` is up to date, which lists it as such. A
+published cell (``cell.json``) must not say its training resumed from a checkpoint when its sweep
+ran with ``sweep.reuse=false``, which deletes every checkpoint first.
 """
 
 from __future__ import annotations
