@@ -109,7 +109,7 @@ reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, 
 SCITLDR_SWEEPS := outputs/sweep/scitldr_smollm2_pair outputs/sweep/scitldr_smollm2_curve outputs/sweep/scitldr_smollm2_lossless
 
 reproduce-cpu-scitldr: $(STAMP) smollm2 ## SciTLDR (summarization, ROUGE): SmolLM2-135M, full/2x x 3 seeds, 3x/4x, early exit/unified 2x, lossless -> results/scitldr_smollm2
-	@test ! -d results/scitldr_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/scitldr_smollm2 --cells-dir outputs/sweep_cells
+	@test ! -d results/scitldr_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/scitldr_smollm2 --cells-dir outputs/sweep_cells --discard-failed-publication
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=scitldr_smollm2 sweep.name=scitldr_smollm2_pair \
 		seed=1,2,3 schedule=full,target_2x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=scitldr_smollm2 sweep.name=scitldr_smollm2_curve \
@@ -157,7 +157,7 @@ reproduce-gpu-graphs: $(STAMP) smollm2 ## E2E on one GPU, seed 1, quality beside
 		eval.speed.references=[loop,generate_compiled] eval.speed.timed_batches=4 $(ARGS)
 
 reproduce-gpu: $(STAMP) smollm2 ## Headline on one GPU: 2 epochs bf16, every schedule x 3 seeds -> results/e2e_smollm2_gpu
-	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells
+	@test ! -d results/e2e_smollm2_gpu || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2_gpu --cells-dir outputs/sweep_cells --discard-failed-publication
 	OMP_NUM_THREADS=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $(OFFLINE) $(PY) -m skipdecode.sweep -m \
 		experiment=e2e_smollm2_gpu sweep.name=e2e_smollm2_gpu sweep.keep_checkpoints=false \
 		hydra/launcher=joblib hydra.launcher.n_jobs=$(GPU_JOBS) seed=1,2,3 \

@@ -6,7 +6,8 @@ seeds, :mod:`.seeds`), ``samples.md`` (:mod:`.samples`) and one
 ``quality_vs_speedup_<dataset>.png`` per dataset from the cells' files (:mod:`.table`,
 :mod:`.plots`). ``--publish results/<name>`` first copies the records of one or more sweeps into
 the repository (:mod:`.publish`) and aggregates the copy; ``--restore`` puts published
-evaluations back into a cells directory.
+evaluations back into a cells directory (with ``--discard-failed-publication``, after discarding
+a failed run's uncommitted publication: :mod:`.unlanded`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .publish import publish, restore
 from .samples import write_samples
 from .seeds import summarize_seeds
 from .table import COLUMNS, PLAN_FILE, RESULT_COLUMNS, collect, num, write_tables
+from .unlanded import discard_failed_publication
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,13 @@ def _parser() -> argparse.ArgumentParser:
         help="put the evaluations published in DIR back into --cells-dir, so rerunning the "
         "sweeps reuses them",
     )
+    parser.add_argument(
+        "--discard-failed-publication",
+        action="store_true",
+        help="with --restore: first put DIR back as the commit holds it when it holds an "
+        "uncommitted publication with failed jobs (a failed run's), so the rerun evaluates from a "
+        "clean tree; never when that loses a finished evaluation",
+    )
     parser.add_argument("--cells-dir", metavar="DIR", help="the sweeps' cells directory")
     return parser
 
@@ -192,9 +201,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.restore:
         if not args.cells_dir or args.sweep_dir:
             parser.error("--restore takes --cells-dir and no sweep directory")
+        if args.discard_failed_publication:
+            discarded = discard_failed_publication(args.restore, args.cells_dir)
+            if discarded:
+                print(
+                    f"discarded the uncommitted publication of job(s) {', '.join(discarded)} "
+                    f"in {args.restore} (a failed run's; the rerun publishes them again)"
+                )
         written = restore(args.restore, args.cells_dir)
         print(f"restored {len(written)} evaluation(s) from {args.restore} into {args.cells_dir}")
         return 0
+    if args.discard_failed_publication:
+        parser.error("--discard-failed-publication only with --restore")
     if not args.sweep_dir:
         parser.error("give a sweep directory")
     if len(args.sweep_dir) > 1 and not args.publish:

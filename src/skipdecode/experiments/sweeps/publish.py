@@ -42,7 +42,7 @@ from .identity import CELL_FILE, IDENTITY_FILE, identity_hash, portable_identity
 from .sources import generations_bytes, pack_folder
 from .table import PLAN_FILE, TRAIN_DONE
 
-__all__ = ["PublishError", "evaluation_folder", "publish", "restore"]
+__all__ = ["PublishError", "evaluation_folder", "publish", "restore", "restored_source"]
 
 RECORD = "record.json"
 GENERATIONS = "generations.jsonl"
@@ -347,7 +347,7 @@ def restore(published: str | Path, cells_dir: str | Path) -> list[Path]:
             continue
         identity = read_json_or_none(job / IDENTITY_FILE)
         identity = portable_identity(identity) if identity else None
-        eval_dir = cells_dir / _restored_source(source, identity)
+        eval_dir = cells_dir / restored_source(source, identity)
         eval_dir.mkdir(parents=True, exist_ok=True)
         _restore_training_evidence(cell, job, eval_dir.parent)
         if (eval_dir / RECORD).is_file():
@@ -377,7 +377,7 @@ def _restore_training_evidence(cell: dict[str, Any], job: Path, cell_dir: Path) 
         )
 
 
-def _restored_source(source: str, identity: dict[str, Any] | None) -> str:
+def restored_source(source: str, identity: dict[str, Any] | None) -> str:
     """``<cell folder>/<eval folder>`` under the cells directory: the published ``source`` with
     its cell id recomputed from the cell's portable identity (so an identity published before
     identities were portable lands where a rerun on this machine looks)."""
