@@ -87,7 +87,7 @@ E2E_SWEEPS := outputs/sweep/e2e_smollm2_curve outputs/sweep/e2e_smollm2_seeds ou
 E2E_METHODS := early_exit_2x,unified_2x,power_law_2x,adaptive_2x,speculative_2x,early_exit_4x,unified_4x,power_law_4x,adaptive_4x,speculative_4x,calm_2x,calm_4x
 
 reproduce-cpu: $(STAMP) smollm2 ## Headline: SmolLM2-135M on E2E, every method, seeds -> results/e2e_smollm2 (its cells' hours on 2 cores: the last line of its cells.md)
-	@test ! -d results/e2e_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2 --cells-dir outputs/sweep_cells
+	@test ! -d results/e2e_smollm2 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_smollm2 --cells-dir outputs/sweep_cells --discard-failed-publication
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_curve seed=1 \
 		schedule=full,target_2x,target_3x,target_4x,target_5x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_smollm2 sweep.name=e2e_smollm2_seeds seed=2,3 \
@@ -126,7 +126,7 @@ reproduce-cpu-scitldr: $(STAMP) smollm2 ## SciTLDR (summarization, ROUGE): SmolL
 GEMMA3_SWEEPS := outputs/sweep/e2e_gemma3_curve outputs/sweep/e2e_gemma3_methods outputs/sweep/e2e_gemma3_seeds
 
 reproduce-cpu-gemma3: $(STAMP) gemma3 ## Gemma 3 270M on E2E: full + SkipDecode 2x/3x/4x, early exit/unified/lossless 2x, seeds -> results/e2e_gemma3
-	@test ! -d results/e2e_gemma3 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_gemma3 --cells-dir outputs/sweep_cells
+	@test ! -d results/e2e_gemma3 || $(OFFLINE) $(PY) -m skipdecode.aggregate --restore results/e2e_gemma3 --cells-dir outputs/sweep_cells --discard-failed-publication
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_curve seed=1 \
 		schedule=full,target_2x,target_3x,target_4x $(ARGS)
 	$(OFFLINE) $(PY) -m skipdecode.sweep -m experiment=e2e_gemma3 sweep.name=e2e_gemma3_methods seed=1 \

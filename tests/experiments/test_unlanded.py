@@ -14,6 +14,7 @@ from git_repo import git_in
 
 from skipdecode.experiments.sweeps import aggregate as aggregate_cli
 from skipdecode.experiments.sweeps.aggregate import aggregate
+from skipdecode.experiments.sweeps.identity import IDENTITY_FILE, identity_hash
 from skipdecode.experiments.sweeps.publish import PublishError, publish
 from skipdecode.experiments.sweeps.unlanded import discard_failed_publication
 
@@ -36,8 +37,11 @@ def _publish_rerun(tmp_path: Path, sweep: Path, out: Path, failed: bool) -> Path
     """A rerun's publication (``--update``): a new cell that finished, its evaluation in the
     cells directory, and (``failed``) one that failed; returns the cells directory."""
     cells, rerun = tmp_path / "cells", tmp_path / "rerun"
-    eval_dir = cells / "tiny__synthetic__target_3x__id9" / "eval-1"
+    identity = {"model": {"name": "tiny"}, "schedule": {"name": "target_3x"}, "seed": 1}
+    # the folder a rerun looks in is named by the identity's hash, not by the published source
+    eval_dir = cells / f"tiny__synthetic__target_3x__{identity_hash(identity)}" / "eval-1"
     shutil.copytree(sweep / "cells" / "target_4x" / "eval", eval_dir)
+    (eval_dir.parent / IDENTITY_FILE).write_text(json.dumps(identity))
     base = json.loads((sweep / "0" / "cell.json").read_text())
     jobs = [{"schedule": "target_3x", "cell_id": "id9", "status": "ok",
              "record": str(eval_dir / "record.json"), "cell_dir": str(eval_dir.parent)}]  # fmt: skip
@@ -51,6 +55,11 @@ def _publish_rerun(tmp_path: Path, sweep: Path, out: Path, failed: bool) -> Path
     return cells
 
 
+def _finished_record(cells: Path) -> Path:
+    (record,) = cells.glob("tiny__synthetic__target_3x__*/eval-1/record.json")
+    return record
+
+
 def test_a_failed_runs_publication_is_discarded_and_the_tree_is_clean_again(tmp_path, capsys):
     repo, git, sweep, out = _landed(tmp_path)
     committed = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
@@ -62,37 +71,70 @@ def test_a_failed_runs_publication_is_discarded_and_the_tree_is_clean_again(tmp_
 
     aggregate_cli.main(["--restore", str(out), "--cells-dir", str(cells),
                         "--discard-failed-publication"])  # fmt: skip
-    assert "discarded the uncommitted publication of job(s) 5, 6" in capsys.readouterr().out
+    assert "(job(s) 5, 6; a failed run's" in capsys.readouterr().out
     assert git("status", "--porcelain", "--untracked-files=all") == ""
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == committed
     # the finished evaluation is still where the rerun finds it; nothing left to discard
-    assert (cells / "tiny__synthetic__target_3x__id9" / "eval-1" / "record.json").is_file()
-    assert discard_failed_publication(out, cells) == []
+    assert _finished_record(cells).is_file()
+    assert discard_failed_publication(out, cells) == ([], "")
+
+
+def test_a_staged_failed_publication_is_discarded_whole(tmp_path, monkeypatch):
+    repo, git, sweep, out = _landed(tmp_path)
+    committed = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    cells = _publish_rerun(tmp_path, sweep, out, failed=True)
+    git("add", "-A")
+    monkeypatch.chdir(tmp_path)  # the folder given relative to where the command runs
+    assert discard_failed_publication(Path("repo/results/fake"), cells)[0] == ["5", "6"]
+    assert git("status", "--porcelain", "--untracked-files=all") == ""
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == committed
+
+
+def test_a_publication_never_committed_and_a_manifest_copy_are_left_alone(tmp_path, monkeypatch):
+    repo, git, sweep, out = _landed(tmp_path)
+    cells = _publish_rerun(tmp_path, sweep, out, failed=True)
+    before = git("status", "--porcelain", "--untracked-files=all")
+    monkeypatch.setenv("SKIPDECODE_TREE_MANIFEST", str(tmp_path / "manifest.json"))
+    assert discard_failed_publication(out, cells) == ([], "")
+    monkeypatch.delenv("SKIPDECODE_TREE_MANIFEST")
+    assert git("status", "--porcelain", "--untracked-files=all") == before
+    fresh = publish(tmp_path / "rerun", repo / "results" / "new", aggregate)
+    assert discard_failed_publication(fresh, cells) == ([], "")
+    assert (fresh / "1" / "cell.json").is_file()
 
 
 def test_a_finished_publication_waiting_for_its_commit_is_kept(tmp_path):
     repo, git, sweep, out = _landed(tmp_path)
     cells = _publish_rerun(tmp_path, sweep, out, failed=False)
     before = git("status", "--porcelain", "--untracked-files=all")
-    assert before and discard_failed_publication(out, cells) == []
+    assert before and discard_failed_publication(out, cells) == ([], "")
     assert git("status", "--porcelain", "--untracked-files=all") == before
 
 
-def test_nothing_is_discarded_beside_other_uncommitted_work(tmp_path):
+@pytest.mark.parametrize("other", ["code.py", "src/new.py", "results/fake/search/front.csv"])
+def test_nothing_is_discarded_beside_other_uncommitted_work(tmp_path, other):
+    """A change elsewhere (tracked, or a new code file) leaves the rerun dirty whatever the folder
+    holds; a subfolder that is not a job's is another tool's work."""
     repo, git, sweep, out = _landed(tmp_path)
     cells = _publish_rerun(tmp_path, sweep, out, failed=True)
-    (repo / "code.py").write_text("x = 2\n")
+    (repo / other).parent.mkdir(parents=True, exist_ok=True)
+    (repo / other).write_text("x = 2\n")
     before = git("status", "--porcelain", "--untracked-files=all")
-    assert discard_failed_publication(out, cells) == []
+    discarded, why_not = discard_failed_publication(out, cells)
+    assert discarded == [] and other in why_not
     assert git("status", "--porcelain", "--untracked-files=all") == before
 
 
-def test_a_discard_that_would_lose_a_finished_evaluation_is_refused(tmp_path):
+@pytest.mark.parametrize("record", ["missing", "another"])
+def test_a_discard_that_would_lose_a_finished_evaluation_is_refused(tmp_path, record):
     repo, git, sweep, out = _landed(tmp_path)
     cells = _publish_rerun(tmp_path, sweep, out, failed=True)
-    shutil.rmtree(cells / "tiny__synthetic__target_3x__id9")
+    if record == "missing":
+        _finished_record(cells).unlink()
+    else:  # not the record published: the rerun would not publish this job again
+        _finished_record(cells).write_text("{}")
     before = git("status", "--porcelain", "--untracked-files=all")
-    with pytest.raises(PublishError, match=r"finished job\(s\) 5 have no evaluation record"):
+    with pytest.raises(PublishError, match=r"finished job\(s\) 5 have no identical record"):
         discard_failed_publication(out, cells)
     assert git("status", "--porcelain", "--untracked-files=all") == before
 

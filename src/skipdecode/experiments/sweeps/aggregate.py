@@ -187,8 +187,9 @@ def _parser() -> argparse.ArgumentParser:
         "--discard-failed-publication",
         action="store_true",
         help="with --restore: first put DIR back as the commit holds it when it holds an "
-        "uncommitted publication with failed jobs (a failed run's), so the rerun evaluates from a "
-        "clean tree; never when that loses a finished evaluation",
+        "uncommitted publication with failed jobs (a failed run's) and that makes the tree clean, "
+        "so the rerun evaluates from a clean tree; an error when its finished jobs' records are "
+        "not in --cells-dir (see skipdecode.experiments.sweeps.unlanded)",
     )
     parser.add_argument("--cells-dir", metavar="DIR", help="the sweeps' cells directory")
     return parser
@@ -202,12 +203,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.cells_dir or args.sweep_dir:
             parser.error("--restore takes --cells-dir and no sweep directory")
         if args.discard_failed_publication:
-            discarded = discard_failed_publication(args.restore, args.cells_dir)
+            discarded, why_not = discard_failed_publication(args.restore, args.cells_dir)
             if discarded:
                 print(
-                    f"discarded the uncommitted publication of job(s) {', '.join(discarded)} "
-                    f"in {args.restore} (a failed run's; the rerun publishes them again)"
+                    f"discarded the uncommitted publication in {args.restore} (job(s) "
+                    f"{', '.join(discarded)}; a failed run's, its finished evaluations kept in "
+                    f"{args.cells_dir})"
                 )
+            elif why_not:
+                print(f"kept: {why_not}")
         written = restore(args.restore, args.cells_dir)
         print(f"restored {len(written)} evaluation(s) from {args.restore} into {args.cells_dir}")
         return 0

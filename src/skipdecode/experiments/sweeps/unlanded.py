@@ -5,24 +5,34 @@ rows of the results folder, uncommitted. Its rerun would then evaluate from a ch
 uncommitted changes, and publishing refuses every record it makes (their
 ``provenance.git.dirty``). :func:`discard_failed_publication` puts the folder back as the commit
 holds it before the rerun starts (``aggregate --restore DIR --discard-failed-publication``),
-without loosening publishing's check:
+without loosening publishing's check. It discards only a folder that:
 
-- only when the folder holds a publication that is not committed and that holds a failed job (a
-  job whose ``cell.json`` status is not ``ok``): anything else is left as it is;
-- only when the folder's changes are the checkout's only uncommitted changes to tracked files
-  (discarding them makes the tree clean; otherwise the rerun is dirty anyway and publishing says
-  so);
-- never losing a finished evaluation: each finished job of the discarded publication must have
-  its record in the cells directory, where the rerun finds it again and publishes it again;
-  otherwise nothing is discarded and the error names the jobs.
+- is committed and has uncommitted changes to tracked files (staged or not), among them a job
+  folder whose ``cell.json`` status is not ``ok`` (a failed publication; a finished one waiting
+  for its commit is left as it is);
+- holds nothing uncommitted but job folders and the folder's own pages (files directly in it,
+  which publishing writes; a subfolder such as a search's is never discarded);
+- is the checkout's only uncommitted work that makes a record dirty (no change to a tracked file
+  elsewhere, no new file under the code folders: :func:`skipdecode.provenance.new_code_files`),
+  so that discarding it makes the tree clean;
+- loses no finished evaluation: each finished job it holds has, byte for byte, its record in the
+  cells directory, where the rerun finds it again (a publication whose finished jobs the rerun
+  cannot find is refused with an error naming them).
+
+Where it declines for the first three reasons it says why (empty when there is no failed
+publication); in a copy of a checkout checked against its manifest, or outside git, it does
+nothing. Untracked files in the folder are deleted with the rest; ignored ones are kept.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 from ...io import read_json_or_none
+from ...manifest import MANIFEST_ENV
+from ...provenance import new_code_files
 from .identity import CELL_FILE, IDENTITY_FILE, portable_identity
 from .publish import RECORD, PublishError, restored_source
 
@@ -30,58 +40,85 @@ __all__ = ["discard_failed_publication"]
 
 
 def _git(args: list[str], cwd: Path) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", "--literal-pathspecs", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
     if done.returncode:
         raise PublishError(f"git {' '.join(args)} failed in {cwd}: {done.stderr.strip()}")
     return done.stdout
 
 
-def _changed(folder: Path, root: Path, untracked: bool) -> list[Path]:
-    """Paths (relative to ``root``) with uncommitted changes, within ``folder`` or everywhere."""
+def _changed(root: Path, pathspec: str, untracked: bool) -> list[Path]:
+    """Paths (relative to ``root``) under ``pathspec`` with uncommitted changes."""
     args = ["status", "--porcelain=v1", "-z", "--no-renames"]
     args.append(f"--untracked-files={'all' if untracked else 'no'}")
-    out = _git([*args, "--", str(folder.relative_to(root))], root)
+    out = _git([*args, "--", pathspec], root)
     return [Path(entry[3:]) for entry in filter(None, out.split("\0"))]
 
 
-def _unfinished_record(job: Path, cells_dir: Path) -> bool:
-    """Whether the finished ``job`` lacks its evaluation record in ``cells_dir``."""
+def _checkout_root(published: Path) -> Path | None:
+    """The git work tree holding ``published`` (None: a manifest copy, no git, or none)."""
+    if os.environ.get(MANIFEST_ENV):
+        return None
+    try:
+        return Path(_git(["rev-parse", "--show-toplevel"], published).strip())
+    except (PublishError, OSError):
+        return None
+
+
+def _found_again(job: Path, cells_dir: Path) -> bool:
+    """Whether the finished ``job``'s record is, byte for byte, where a rerun looks for it."""
     cell = read_json_or_none(job / CELL_FILE) or {}
     identity = read_json_or_none(job / IDENTITY_FILE)
-    source = cell.get("source")
-    if not source:
-        return True
-    where = restored_source(source, portable_identity(identity) if identity else None)
-    return not (cells_dir / where / RECORD).is_file()
+    if not cell.get("source") or not (job / RECORD).is_file():
+        return False
+    where = restored_source(cell["source"], portable_identity(identity) if identity else None)
+    record = cells_dir / where / RECORD
+    return record.is_file() and record.read_bytes() == (job / RECORD).read_bytes()
 
 
-def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> list[str]:
+def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> tuple[list, str]:
     """Put ``published`` back as the commit holds it when it holds a failed run's uncommitted
-    publication (see the module); returns the discarded jobs' names (empty: nothing discarded)."""
+    publication (see the module): returns the discarded jobs' names, or none and why not (empty
+    when the folder holds no failed publication)."""
     published, cells_dir = Path(published).resolve(), Path(cells_dir)
-    if not published.is_dir():
-        return []
-    root = Path(_git(["rev-parse", "--show-toplevel"], published).strip())
-    if not _changed(published, root, untracked=False):  # a first publication changes nothing
-        return []  # tracked: the rerun's tree is as clean as it was
-    inside = _changed(published, root, untracked=True)
-    anywhere = _changed(root, root, untracked=False)
+    root = _checkout_root(published) if published.is_dir() else None
+    if root is None:
+        return [], ""
     folder = published.relative_to(root)
-    if any(folder not in p.parents for p in anywhere):
-        return []
-    jobs = sorted({folder / p.relative_to(folder).parts[0] for p in inside if len(p.parts) > 1})
-    jobs = [j for j in jobs if (root / j / CELL_FILE).is_file()]
-    status = {j: (read_json_or_none(root / j / CELL_FILE) or {}).get("status") for j in jobs}
-    if not any(s != "ok" for s in status.values()):
-        return []
-    lost = [j.name for j in jobs if status[j] == "ok" and _unfinished_record(root / j, cells_dir)]
+    if not _git(["ls-tree", "HEAD", "--", str(folder)], root).strip():
+        return [], ""  # never committed: its untracked files leave a record clean
+    if not _changed(root, str(folder), untracked=False):
+        return [], ""
+    inside = [p.relative_to(folder) for p in _changed(root, str(folder), untracked=True)]
+    jobs = sorted({p.parts[0] for p in inside if (published / p.parts[0] / CELL_FILE).is_file()})
+    if all(
+        (read_json_or_none(published / j / CELL_FILE) or {}).get("status") == "ok" for j in jobs
+    ):
+        return [], ""
+    others = [str(folder / p) for p in inside if len(p.parts) > 1 and p.parts[0] not in jobs]
+    others += [str(p) for p in _changed(root, ".", untracked=False) if folder not in p.parents]
+    others += new_code_files(root)
+    if others:
+        return [], (
+            f"{folder} holds a failed publication, but discarding it would not leave the tree "
+            f"clean or would discard more: {', '.join(sorted(others)[:5])}"
+        )
+    lost = [
+        j
+        for j in jobs
+        if (read_json_or_none(published / j / CELL_FILE) or {}).get("status") == "ok"
+        and not _found_again(published / j, cells_dir)
+    ]
     if lost:
         raise PublishError(
-            f"{published} holds an uncommitted publication with failed jobs, but its finished "
-            f"job(s) {', '.join(lost)} have no evaluation record in {cells_dir}: discarding it "
-            "would lose them; commit the folder (the rerun replaces the failed rows) or restore "
-            "those records first"
+            f"{folder} holds an uncommitted publication with failed jobs, but its finished "
+            f"job(s) {', '.join(lost)} have no identical record in {cells_dir}: discarding it "
+            "would lose them; commit the folder (a rerun replaces its failed rows) or put "
+            "those records back first"
         )
-    _git(["checkout", "HEAD", "--", str(folder)], root)
+    _git(["restore", "--source=HEAD", "--staged", "--worktree", "--", str(folder)], root)
     _git(["clean", "-fdq", "--", str(folder)], root)
-    return [j.name for j in jobs]
+    if _changed(root, str(folder), untracked=True):
+        raise PublishError(f"{folder} still has uncommitted changes after the discard")
+    return jobs, ""
