@@ -4,6 +4,7 @@ other uncommitted work, never at the cost of a finished evaluation."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +19,8 @@ from skipdecode.experiments.sweeps.identity import IDENTITY_FILE, identity_hash
 from skipdecode.experiments.sweeps.publish import PublishError, publish
 from skipdecode.experiments.sweeps.unlanded import discard_failed_publication
 
+TABLES = functools.partial(aggregate, plots=False)  # the pages without their plots: faster
+
 
 def _landed(tmp_path: Path):
     """A repository whose commit holds a published folder (and a code file)."""
@@ -26,7 +29,7 @@ def _landed(tmp_path: Path):
     git = git_in(repo, home=tmp_path / "home")
     git("init", "-q")
     sweep = make_fake_sweep(tmp_path / "sweep")
-    out = publish(sweep, repo / "results" / "fake", aggregate)
+    out = publish(sweep, repo / "results" / "fake", TABLES)
     (repo / "code.py").write_text("x = 1\n")
     git("add", "-A")
     git("commit", "-qm", "landed")
@@ -51,7 +54,7 @@ def _publish_rerun(tmp_path: Path, sweep: Path, out: Path, failed: bool) -> Path
     for num, change in enumerate(jobs):
         (rerun / str(num)).mkdir(parents=True)
         (rerun / str(num) / "cell.json").write_text(json.dumps(base | change))
-    publish(rerun, out, aggregate, update=True)
+    publish(rerun, out, TABLES, update=True)
     return cells
 
 
@@ -98,7 +101,7 @@ def test_a_publication_never_committed_and_a_manifest_copy_are_left_alone(tmp_pa
     assert discard_failed_publication(out, cells) == ([], "")
     monkeypatch.delenv("SKIPDECODE_TREE_MANIFEST")
     assert git("status", "--porcelain", "--untracked-files=all") == before
-    fresh = publish(tmp_path / "rerun", repo / "results" / "new", aggregate)
+    fresh = publish(tmp_path / "rerun", repo / "results" / "new", TABLES)
     assert discard_failed_publication(fresh, cells) == ([], "")
     assert (fresh / "1" / "cell.json").is_file()
 
