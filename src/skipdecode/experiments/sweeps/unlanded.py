@@ -7,9 +7,9 @@ uncommitted changes, and publishing refuses every record it makes (their
 holds it before the rerun starts (``aggregate --restore DIR --discard-failed-publication``),
 without loosening publishing's check. It discards only a folder that:
 
-- is committed and has uncommitted changes to tracked files (staged or not), among them a job
-  folder whose ``cell.json`` status is not ``ok`` (a failed publication; a finished one waiting
-  for its commit is left as it is);
+- is committed and has uncommitted changes to tracked files (staged or not), and its
+  uncommitted job folders (new or changed) include one whose ``cell.json`` status is not ``ok``
+  (a failed publication; a finished one waiting for its commit is left as it is);
 - holds nothing uncommitted but job folders and the folder's own pages (files directly in it,
   which publishing writes; a subfolder such as a search's is never discarded);
 - is the checkout's only uncommitted work that makes a record dirty (no change to a tracked file
@@ -19,7 +19,7 @@ without loosening publishing's check. It discards only a folder that:
   cells directory, where the rerun finds it again (a publication whose finished jobs the rerun
   cannot find is refused with an error naming them).
 
-Where it declines for the first three reasons it says why (empty when there is no failed
+Where it declines for the second or third reason it says why (nothing where there is no failed
 publication); in a copy of a checkout checked against its manifest, or outside git, it does
 nothing. Untracked files in the folder are deleted with the rest; ignored ones are kept.
 """
