@@ -88,16 +88,16 @@ def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> 
     folder = published.relative_to(root)
     if not _git(["ls-tree", "HEAD", "--", str(folder)], root).strip():
         return [], ""  # never committed: its untracked files leave a record clean
-    if not _changed(root, str(folder), untracked=False):
+    tracked = _changed(root, ".", untracked=False)
+    if not any(folder in p.parents for p in tracked):
         return [], ""
     inside = [p.relative_to(folder) for p in _changed(root, str(folder), untracked=True)]
-    jobs = sorted({p.parts[0] for p in inside if (published / p.parts[0] / CELL_FILE).is_file()})
-    if all(
-        (read_json_or_none(published / j / CELL_FILE) or {}).get("status") == "ok" for j in jobs
-    ):
+    names = {p.parts[0] for p in inside if (published / p.parts[0] / CELL_FILE).is_file()}
+    status = {j: (read_json_or_none(published / j / CELL_FILE) or {}).get("status") for j in names}
+    if all(s == "ok" for s in status.values()):
         return [], ""
-    others = [str(folder / p) for p in inside if len(p.parts) > 1 and p.parts[0] not in jobs]
-    others += [str(p) for p in _changed(root, ".", untracked=False) if folder not in p.parents]
+    others = [str(folder / p) for p in inside if len(p.parts) > 1 and p.parts[0] not in status]
+    others += [str(p) for p in tracked if folder not in p.parents]
     others += new_code_files(root)
     if others:
         return [], (
@@ -106,9 +106,8 @@ def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> 
         )
     lost = [
         j
-        for j in jobs
-        if (read_json_or_none(published / j / CELL_FILE) or {}).get("status") == "ok"
-        and not _found_again(published / j, cells_dir)
+        for j in sorted(status)
+        if status[j] == "ok" and not _found_again(published / j, cells_dir)
     ]
     if lost:
         raise PublishError(
@@ -121,4 +120,4 @@ def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> 
     _git(["clean", "-fdq", "--", str(folder)], root)
     if _changed(root, str(folder), untracked=True):
         raise PublishError(f"{folder} still has uncommitted changes after the discard")
-    return jobs, ""
+    return sorted(status), ""
