@@ -12,7 +12,13 @@ import pytest
 import torch
 from git_repo import git_in
 
-from skipdecode.provenance import PROVENANCE_PACKAGES, machine, provenance
+from skipdecode.provenance import (
+    PROVENANCE_PACKAGES,
+    checkout_root,
+    dirty_paths,
+    machine,
+    provenance,
+)
 
 
 def test_provenance_fields():
@@ -78,6 +84,34 @@ def test_provenance_git_commit_and_dirty(tmp_path):
     assert info["dirty"] is False
     (tmp_path / "f.txt").write_text("2")
     assert provenance(tmp_path / "f.txt")["git"]["dirty"] is True  # a file inside the repo works
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_dirty_paths_names_what_makes_a_record_dirty(tmp_path):
+    """Staged and unstaged changes to tracked files and new files under the code folders, by
+    name (odd names literal), relative to the checkout; a stray new file elsewhere is not among
+    them, and the record's dirty flag says whether any is."""
+    git = git_in(tmp_path, home=tmp_path)
+    git("init", "-q")
+    for name in ("a b.txt", "[x].txt", "results/r.json"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("1")
+    git("add", ".")
+    git("commit", "-q", "-m", "init")
+    assert checkout_root(tmp_path / "results" / "r.json") == checkout_root(tmp_path)
+    root = checkout_root(tmp_path)
+    assert dirty_paths(root) == [] and provenance(tmp_path)["git"]["dirty"] is False
+    (tmp_path / "notes.txt").write_text("not code")
+    assert dirty_paths(root) == [] and provenance(tmp_path)["git"]["dirty"] is False
+    (tmp_path / "a b.txt").write_text("2")
+    (tmp_path / "[x].txt").write_text("2")
+    git("add", "[x].txt")  # staged
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "new.py").write_text("y = 1\n")
+    found = dirty_paths(root)
+    assert sorted(found) == [Path("[x].txt"), Path("a b.txt"), Path("src/new.py")]
+    assert provenance(tmp_path)["git"]["dirty"] is True
+    assert checkout_root(tmp_path.parent) is None  # outside any checkout
 
 
 def test_a_kept_diff_recreates_changed_and_new_code_files(tmp_path):

@@ -95,20 +95,20 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     if manifest:  # a copy of a checkout, checked against its commit's manifest (a git directory
         # that travelled with the copy can be stale: the manifest names the commit sent)
         return check_manifest(Path(manifest), _checkout_of(here))
-    root = _git(["rev-parse", "--show-toplevel"], here)
+    root = checkout_root(here)
     if root is None:
         return {"commit": None, "dirty": None, "branch": None, "root": None}
-    status = _git(["status", "--porcelain", "--untracked-files=no"], Path(root))
-    new = new_code_files(Path(root))
+    dirty = dirty_paths(root)
+    new = new_code_files(root)
     info = {
-        "commit": _git(["rev-parse", "HEAD"], Path(root)),
-        "dirty": None if status is None else bool(status) or bool(new),
-        "branch": _git(["symbolic-ref", "--short", "-q", "HEAD"], Path(root)),
-        "root": root,
+        "commit": _git(["rev-parse", "HEAD"], root),
+        "dirty": None if dirty is None else bool(dirty),
+        "branch": _git(["symbolic-ref", "--short", "-q", "HEAD"], root),
+        "root": str(root),
     }
     if info["dirty"]:  # what the run had on top of the commit: changed and new files
-        parts = [_git(["diff", "HEAD"], Path(root), exact=True) or ""]
-        parts += [_new_file_diff(Path(root), name) for name in new]
+        parts = [_git(["diff", "HEAD"], root, exact=True) or ""]
+        parts += [_new_file_diff(root, name) for name in new]
         diff = "\n".join(p for p in parts if p)  # as before for tracked changes alone
         info["diff_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
         info["diff"] = diff if len(diff) <= MAX_DIFF_CHARS else None  # too large: hash only
@@ -128,6 +128,23 @@ def new_code_files(root: Path) -> list[str]:
     """Untracked, not ignored files under :data:`CODE_FOLDERS` of the checkout at ``root``."""
     listed = _git(["ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS], root)
     return sorted(line for line in (listed or "").splitlines() if line)
+
+
+def checkout_root(path: Path) -> Path | None:
+    """The top of the git work tree holding ``path`` (a file's: its folder's; None: in none)."""
+    found = _git(["rev-parse", "--show-toplevel"], path if path.is_dir() else path.parent)
+    return Path(found) if found else None
+
+
+def dirty_paths(root: Path) -> list[Path] | None:
+    """What makes a record made in the checkout at ``root`` dirty, relative to ``root``: tracked
+    files with uncommitted changes (staged or not) and :func:`new_code_files` (None: git failed)."""
+    status = _git(["--literal-pathspecs", "status", "--porcelain=v1", "-z", "--no-renames",
+                   "--untracked-files=no"], root, exact=True)  # fmt: skip
+    if status is None:
+        return None
+    tracked = [Path(entry[3:]) for entry in status.split("\0") if entry]
+    return tracked + [Path(name) for name in new_code_files(root)]
 
 
 def _new_file_diff(root: Path, name: str) -> str:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from ...evaluation.record import RECORD_FILE
 from ...io import read_json_or_none
-from ...provenance import machine
+from ...provenance import checkout_root, machine
 from .cell_outputs import cell_generations
 from .identity import CELL_FILE
 from .pending import print_pending
@@ -223,9 +223,9 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _checkout(path: Path) -> Path | None:
-    """The top of the git checkout holding ``path`` (None: in none)."""
-    found = _git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
-    return Path(found.stdout.strip()).resolve() if not found.returncode else None
+    """The top of the git checkout holding ``path``, resolved (None: in none)."""
+    root = checkout_root(path)
+    return root.resolve() if root else None
 
 
 def rerun_and_commit(

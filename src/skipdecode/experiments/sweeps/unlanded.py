@@ -13,8 +13,8 @@ without loosening publishing's check. It discards only a folder that:
 - holds nothing uncommitted but job folders and the folder's own pages (files directly in it,
   which publishing writes; a subfolder such as a search's is never discarded);
 - is the checkout's only uncommitted work that makes a record dirty (no change to a tracked file
-  elsewhere, no new file under the code folders: :func:`skipdecode.provenance.new_code_files`),
-  so that discarding it makes the tree clean;
+  elsewhere, no new file under the code folders: :func:`skipdecode.provenance.dirty_paths`, the
+  rule every record's ``dirty`` flag follows), so that discarding it makes the tree clean;
 - loses no finished evaluation: each finished job it holds has, byte for byte, its record in the
   cells directory, where the rerun finds it again (a publication whose finished jobs the rerun
   cannot find is refused with an error naming them).
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ...io import read_json_or_none
 from ...manifest import MANIFEST_ENV
-from ...provenance import new_code_files
+from ...provenance import checkout_root, dirty_paths
 from .identity import CELL_FILE, IDENTITY_FILE, portable_identity
 from .publish import RECORD, PublishError, restored_source
 
@@ -48,22 +48,12 @@ def _git(args: list[str], cwd: Path) -> str:
     return done.stdout
 
 
-def _changed(root: Path, pathspec: str, untracked: bool) -> list[Path]:
-    """Paths (relative to ``root``) under ``pathspec`` with uncommitted changes."""
-    args = ["status", "--porcelain=v1", "-z", "--no-renames"]
-    args.append(f"--untracked-files={'all' if untracked else 'no'}")
-    out = _git([*args, "--", pathspec], root)
+def _uncommitted(root: Path, folder: Path) -> list[Path]:
+    """Paths under ``folder`` (both relative to ``root``) that are new or have uncommitted
+    changes; ignored files are not listed."""
+    args = ["status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all"]
+    out = _git([*args, "--", str(folder)], root)
     return [Path(entry[3:]) for entry in filter(None, out.split("\0"))]
-
-
-def _checkout_root(published: Path) -> Path | None:
-    """The git work tree holding ``published`` (None: a manifest copy, no git, or none)."""
-    if os.environ.get(MANIFEST_ENV):
-        return None
-    try:
-        return Path(_git(["rev-parse", "--show-toplevel"], published).strip())
-    except (PublishError, OSError):
-        return None
 
 
 def _found_again(job: Path, cells_dir: Path) -> bool:
@@ -82,23 +72,26 @@ def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> 
     publication (see the module): returns the discarded jobs' names, or none and why not (empty
     when the folder holds no failed publication)."""
     published, cells_dir = Path(published).resolve(), Path(cells_dir)
-    root = _checkout_root(published) if published.is_dir() else None
+    if os.environ.get(MANIFEST_ENV) or not published.is_dir():
+        return [], ""  # a manifest copy's git directory (if any) is not the copy's history
+    root = checkout_root(published)
     if root is None:
         return [], ""
-    folder = published.relative_to(root)
+    folder = published.relative_to(root.resolve())
     if not _git(["ls-tree", "HEAD", "--", str(folder)], root).strip():
         return [], ""  # never committed: its untracked files leave a record clean
-    tracked = _changed(root, ".", untracked=False)
-    if not any(folder in p.parents for p in tracked):
+    dirty = dirty_paths(root)
+    if dirty is None:
+        raise PublishError(f"git status failed in {root}")
+    if not any(folder in p.parents for p in dirty):
         return [], ""
-    inside = [p.relative_to(folder) for p in _changed(root, str(folder), untracked=True)]
+    inside = [p.relative_to(folder) for p in _uncommitted(root, folder)]
     names = {p.parts[0] for p in inside if (published / p.parts[0] / CELL_FILE).is_file()}
     status = {j: (read_json_or_none(published / j / CELL_FILE) or {}).get("status") for j in names}
     if all(s == "ok" for s in status.values()):
         return [], ""
     others = [str(folder / p) for p in inside if len(p.parts) > 1 and p.parts[0] not in status]
-    others += [str(p) for p in tracked if folder not in p.parents]
-    others += new_code_files(root)
+    others += [str(p) for p in dirty if folder not in p.parents]
     if others:
         return [], (
             f"{folder} holds a failed publication, but discarding it would not leave the tree "
@@ -118,6 +111,6 @@ def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> 
         )
     _git(["restore", "--source=HEAD", "--staged", "--worktree", "--", str(folder)], root)
     _git(["clean", "-fdq", "--", str(folder)], root)
-    if _changed(root, str(folder), untracked=True):
+    if _uncommitted(root, folder):
         raise PublishError(f"{folder} still has uncommitted changes after the discard")
     return sorted(status), ""
