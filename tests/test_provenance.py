@@ -88,9 +88,9 @@ def test_provenance_git_commit_and_dirty(tmp_path):
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_dirty_paths_names_what_makes_a_record_dirty(tmp_path):
-    """Staged and unstaged changes to tracked files and new files under the code folders, by
-    name (odd names literal), relative to the checkout; a stray new file elsewhere is not among
-    them, and the record's dirty flag says whether any is."""
+    """Staged and unstaged changes to tracked files (a rename: both names) and new files under
+    the code folders, by name (odd and non-ASCII names literal), relative to the checkout; a
+    stray new file elsewhere is not among them, and the record's dirty flag says whether any is."""
     git = git_in(tmp_path, home=tmp_path)
     git("init", "-q")
     for name in ("a b.txt", "[x].txt", "results/r.json"):
@@ -107,10 +107,15 @@ def test_dirty_paths_names_what_makes_a_record_dirty(tmp_path):
     (tmp_path / "[x].txt").write_text("2")
     git("add", "[x].txt")  # staged
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "new.py").write_text("y = 1\n")
+    (tmp_path / "src" / "café.py").write_text("y = 1\n")
+    git("mv", "results/r.json", "results/moved.json")  # a staged rename: both names
     found = dirty_paths(root)
-    assert sorted(found) == [Path("[x].txt"), Path("a b.txt"), Path("src/new.py")]
-    assert provenance(tmp_path)["git"]["dirty"] is True
+    assert sorted(found) == sorted(
+        map(Path, ["[x].txt", "a b.txt", "results/r.json", "results/moved.json", "src/café.py"])
+    )
+    info = provenance(tmp_path)["git"]
+    assert info["dirty"] is True and info["new_files"] == ["src/café.py"]
+    assert "+y = 1" in info["diff"]  # the new file's own diff, found by its name
     assert checkout_root(tmp_path.parent) is None  # outside any checkout
 
 

@@ -87,14 +87,12 @@ def _git(
 def _git_info(start: Path | None = None) -> dict[str, Any]:
     """Commit, dirty flag and branch of the repository holding ``start`` (default: this package)."""
     here = start or Path(__file__).resolve().parent
-    if not here.is_dir():
-        here = here.parent
     from .manifest import MANIFEST_ENV, check_manifest  # here: `-m skipdecode.manifest` runs it
 
     manifest = os.environ.get(MANIFEST_ENV)
     if manifest:  # a copy of a checkout, checked against its commit's manifest (a git directory
         # that travelled with the copy can be stale: the manifest names the commit sent)
-        return check_manifest(Path(manifest), _checkout_of(here))
+        return check_manifest(Path(manifest), _checkout_of(here if here.is_dir() else here.parent))
     root = checkout_root(here)
     if root is None:
         return {"commit": None, "dirty": None, "branch": None, "root": None}
@@ -126,8 +124,9 @@ CODE_FOLDERS = ("src", "conf", "scripts", "studies")
 
 def new_code_files(root: Path) -> list[str]:
     """Untracked, not ignored files under :data:`CODE_FOLDERS` of the checkout at ``root``."""
-    listed = _git(["ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS], root)
-    return sorted(line for line in (listed or "").splitlines() if line)
+    listed = _git(["ls-files", "-z", "--others", "--exclude-standard", "--", *CODE_FOLDERS], root,
+                  exact=True)  # fmt: skip
+    return sorted(name for name in (listed or "").split("\0") if name)  # -z: names unquoted
 
 
 def checkout_root(path: Path) -> Path | None:
@@ -139,8 +138,8 @@ def checkout_root(path: Path) -> Path | None:
 def dirty_paths(root: Path) -> list[Path] | None:
     """What makes a record made in the checkout at ``root`` dirty, relative to ``root``: tracked
     files with uncommitted changes (staged or not) and :func:`new_code_files` (None: git failed)."""
-    status = _git(["--literal-pathspecs", "status", "--porcelain=v1", "-z", "--no-renames",
-                   "--untracked-files=no"], root, exact=True)  # fmt: skip
+    args = ["status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=no"]
+    status = _git(args, root, exact=True)  # -z: names unquoted; a rename as both its names
     if status is None:
         return None
     tracked = [Path(entry[3:]) for entry in status.split("\0") if entry]

@@ -7,7 +7,8 @@ uncommitted changes, and publishing refuses every record it makes (their
 holds it before the rerun starts (``aggregate --restore DIR --discard-failed-publication``),
 without loosening publishing's check. It discards only a folder that:
 
-- is committed and has uncommitted changes to tracked files (staged or not), and its
+- is committed and has uncommitted changes that make a record dirty (changes to tracked files,
+  staged or not; new files count only in a folder under the code folders), and its
   uncommitted job folders (new or changed) include one whose ``cell.json`` status is not ``ok``
   (a failed publication; a finished one waiting for its commit is left as it is);
 - holds nothing uncommitted but job folders and the folder's own pages (files directly in it,
