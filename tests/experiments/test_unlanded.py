@@ -82,6 +82,27 @@ def test_a_failed_runs_publication_is_discarded_and_the_tree_is_clean_again(tmp_
     assert discard_failed_publication(out, cells) == ([], "")
 
 
+def test_a_finished_cell_whose_record_went_missing_is_a_failed_row_and_is_discarded(tmp_path):
+    """A cell that finished but whose record is gone when the run publishes: its ``cell.json``
+    says ok, publishing writes a failed row, and the discard treats it as failed."""
+    repo, git, sweep, out = _landed(tmp_path)
+    cells = _publish_rerun(tmp_path, sweep, out, failed=False)
+    git("add", "-A")
+    git("commit", "-qm", "the rerun's finished cell landed")
+    committed = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    record = _finished_record(cells)
+    kept = record.read_bytes()
+    record.unlink()  # the next run finds the cell finished but not its record
+    rerun = tmp_path / "rerun"
+    publish(rerun, out, TABLES, update=True)
+    assert json.loads((out / "5" / "cell.json").read_text())["status"] == "ok"
+    assert "failed" in (out / "cells.csv").read_text() and not (out / "5" / "record.json").exists()
+    record.write_bytes(kept)  # no finished evaluation is lost by the discard
+    assert discard_failed_publication(out, cells) == (["5"], "")
+    assert git("status", "--porcelain", "--untracked-files=all") == ""
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == committed
+
+
 def test_a_staged_failed_publication_is_discarded_whole(tmp_path, monkeypatch):
     repo, git, sweep, out = _landed(tmp_path)
     committed = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}

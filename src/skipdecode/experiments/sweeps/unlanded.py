@@ -9,7 +9,8 @@ without loosening publishing's check. It discards only a folder that:
 
 - is committed and has uncommitted changes that make a record dirty (changes to tracked files,
   staged or not; new files count only in a folder under the code folders), and its
-  uncommitted job folders (new or changed) include one whose ``cell.json`` status is not ``ok``
+  uncommitted job folders (new or changed) include a failed one (its ``cell.json`` status is not
+  ``ok``, or its record is missing, which publishing also shows as a failed row)
   (a failed publication; a finished one waiting for its commit is left as it is);
 - holds nothing uncommitted but job folders and the folder's own pages (files directly in it,
   which publishing writes; a subfolder such as a search's is never discarded);
@@ -57,6 +58,14 @@ def _uncommitted(root: Path, folder: Path) -> list[Path]:
     return [Path(entry[3:]) for entry in filter(None, out.split("\0"))]
 
 
+def _status(job: Path) -> str | None:
+    """A published job's status as its row says it: ``cell.json``'s, but failed where the cell
+    finished and its record did not reach the folder (publishing's rule, ``table.py``: a
+    missing record makes a finished cell a failed row)."""
+    status = (read_json_or_none(job / CELL_FILE) or {}).get("status")
+    return "failed" if status == "ok" and not (job / RECORD).is_file() else status
+
+
 def _found_again(job: Path, cells_dir: Path) -> bool:
     """Whether the finished ``job``'s record is, byte for byte, where a rerun looks for it."""
     cell = read_json_or_none(job / CELL_FILE) or {}
@@ -88,7 +97,7 @@ def discard_failed_publication(published: str | Path, cells_dir: str | Path) -> 
         return [], ""
     inside = [p.relative_to(folder) for p in _uncommitted(root, folder)]
     names = {p.parts[0] for p in inside if (published / p.parts[0] / CELL_FILE).is_file()}
-    status = {j: (read_json_or_none(published / j / CELL_FILE) or {}).get("status") for j in names}
+    status = {j: _status(published / j) for j in names}
     if all(s == "ok" for s in status.values()):
         return [], ""
     others = [str(folder / p) for p in inside if len(p.parts) > 1 and p.parts[0] not in status]
