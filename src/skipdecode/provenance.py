@@ -96,15 +96,15 @@ def _git_info(start: Path | None = None) -> dict[str, Any]:
     root = checkout_root(here)
     if root is None:
         return {"commit": None, "dirty": None, "branch": None, "root": None}
-    dirty = dirty_paths(root)
-    new = new_code_files(root)
+    changes = _changes(root)
     info = {
         "commit": _git(["rev-parse", "HEAD"], root),
-        "dirty": None if dirty is None else bool(dirty),
+        "dirty": None if changes is None else bool(_joined(changes)),
         "branch": _git(["symbolic-ref", "--short", "-q", "HEAD"], root),
         "root": str(root),
     }
     if info["dirty"]:  # what the run had on top of the commit: changed and new files
+        new = changes[1]
         parts = [_git(["diff", "HEAD"], root, exact=True) or ""]
         parts += [_new_file_diff(root, name) for name in new]
         diff = "\n".join(p for p in parts if p)  # as before for tracked changes alone
@@ -138,12 +138,23 @@ def checkout_root(path: Path) -> Path | None:
 def dirty_paths(root: Path) -> list[Path] | None:
     """What makes a record made in the checkout at ``root`` dirty, relative to ``root``: tracked
     files with uncommitted changes (staged or not) and :func:`new_code_files` (None: git failed)."""
+    changes = _changes(root)
+    return None if changes is None else _joined(changes)
+
+
+def _changes(root: Path) -> tuple[list[Path], list[str]] | None:
+    """The tracked files with uncommitted changes and the new code files, apart (None: git
+    status failed), each listed once for a record."""
     args = ["status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=no"]
     status = _git(args, root, exact=True)  # -z: names unquoted; a rename as both its names
     if status is None:
         return None
-    tracked = [Path(entry[3:]) for entry in status.split("\0") if entry]
-    return tracked + [Path(name) for name in new_code_files(root)]
+    return [Path(entry[3:]) for entry in status.split("\0") if entry], new_code_files(root)
+
+
+def _joined(changes: tuple[list[Path], list[str]]) -> list[Path]:
+    tracked, new = changes
+    return tracked + [Path(name) for name in new]
 
 
 def _new_file_diff(root: Path, name: str) -> str:

@@ -8,10 +8,10 @@ holds it before the rerun starts (``aggregate --restore DIR --discard-failed-pub
 without loosening publishing's check. It discards only a folder that:
 
 - is committed and has uncommitted changes that make a record dirty (changes to tracked files,
-  staged or not; new files count only in a folder under the code folders), and its
-  uncommitted job folders (new or changed) include a failed one (its ``cell.json`` status is not
-  ``ok``, or its record is missing, which publishing also shows as a failed row)
-  (a failed publication; a finished one waiting for its commit is left as it is);
+  staged or not; new files count only in a folder under the code folders), and its uncommitted
+  job folders (new or changed) include a failed one: a failed publication. A job is failed as
+  its row shows it: its ``cell.json`` status is not ``ok``, or its record is missing. A finished
+  publication waiting for its commit is left as it is;
 - holds nothing uncommitted but job folders and the folder's own pages (files directly in it,
   which publishing writes; a subfolder such as a search's is never discarded);
 - is the checkout's only uncommitted work that makes a record dirty (no change to a tracked file
